@@ -1,0 +1,84 @@
+"""Argument parsing for every script: bad input is one clear line and exit code 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from common import settings
+
+
+class LabArgumentParser(argparse.ArgumentParser):
+    """argparse, but an error is one line (`error: ...`), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Stop with one clear line on stderr and a non-zero exit code."""
+    print(f"ERROR: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def int_list(text: str) -> list[int]:
+    """'45,128,23' -> [45, 128, 23]; each a whole number > 0."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers")
+    return [positive_int(p) for p in parts]
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--model", default=None,
+                       help="model folder or hub id (default: LAB_MODEL, then the remembered "
+                            f"choice, then {settings.HUB_MODEL_ID}, then the packaged offline model)")
+    group.add_argument("--dtype", default="auto", choices=settings.DTYPE_CHOICES,
+                       help="auto = bfloat16 on a CPU with native bf16, else float32")
+
+
+def resolve_model_or_fail(model_flag: str | None):
+    """The model to run, or one clear line and exit 2."""
+    from common.model import ModelNotFound, resolve_model
+
+    try:
+        return resolve_model(model_flag)
+    except ModelNotFound as e:
+        fail(str(e))
+
+
+# Tasks 3-4: the source's five requests (name, tokens), the pre-allocation length, the memory.
+SOURCE_REQUESTS = [("Short question", 45), ("Medium paragraph", 128), ("Quick greeting", 23),
+                   ("Long document", 256), ("Code snippet", 67)]
+
+
+def add_kv_simulation_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("simulation")
+    group.add_argument("--lengths", type=int_list,
+                       default=[n for _, n in SOURCE_REQUESTS],
+                       help="tokens each request really uses (default: the source's 45,128,23,256,67)")
+    group.add_argument("--max-len", type=positive_int, default=512,
+                       help="slots pre-allocated per request by contiguous allocation (default 512)")
+    group.add_argument("--total-slots", type=positive_int, default=10_000,
+                       help="token slots of memory for the concurrent-user estimate (default 10000)")
+
+
+def check_kv_simulation_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """Lengths must fit in --max-len; returns the request names for the report."""
+    too_long = [n for n in args.lengths if n > args.max_len]
+    if too_long:
+        parser.error(f"--lengths {too_long[0]} is longer than --max-len {args.max_len}")
+    if args.lengths == [n for _, n in SOURCE_REQUESTS]:
+        return [name for name, _ in SOURCE_REQUESTS]
+    return [f"{n} tokens" for n in args.lengths]

@@ -1,0 +1,127 @@
+"""The two engines of tasks 1-2, measured the same way: load, one untimed warm-up, then one
+timed generation of MAX_NEW_TOKENS tokens.
+
+Both force the full 50 tokens (HF min_new_tokens, vLLM min_tokens: the end-of-sequence token is
+not sampled before then), so every run generates the same amount of work and tok/s compare.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from common import kv, settings
+
+WARMUP_TOKENS = 4
+
+
+@dataclass
+class Generation:
+    """One timed generation; what tasks 1-2 print and save."""
+    engine: str
+    text: str
+    prompt_tokens: int
+    generated_tokens: int
+    total_time_s: float
+    load_time_s: float
+    threads: int
+    warmup_excluded: bool = True
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.total_time_s
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 2)}
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+
+
+def load_config(model_path: str):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_path)
+
+
+# --- HuggingFace transformers ----------------------------------------------------------------
+def hf_generate(model_path: str, dtype: str, prompt: str = settings.PROMPT,
+                max_new_tokens: int = settings.MAX_NEW_TOKENS, seed: int = settings.SEED) -> Generation:
+    """The baseline: model.generate() serves one request from start to end."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype))
+    model.eval()
+    load_time_s = time.perf_counter() - start
+    inputs = tokenizer(prompt, return_tensors="pt")
+    num_prompt = inputs["input_ids"].shape[1]
+
+    def generate(num_tokens: int):
+        return model.generate(**inputs, max_new_tokens=num_tokens, min_new_tokens=num_tokens,
+                              do_sample=True, temperature=settings.TEMPERATURE,
+                              pad_token_id=tokenizer.eos_token_id)
+
+    with torch.inference_mode():
+        generate(WARMUP_TOKENS)          # first call pays one-time set-up; not timed
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        outputs = generate(max_new_tokens)
+        total_time_s = time.perf_counter() - start
+    new_tokens = outputs[0, num_prompt:]
+    return Generation("HuggingFace transformers", tokenizer.decode(new_tokens, skip_special_tokens=True),
+                      num_prompt, int(new_tokens.shape[0]), total_time_s, load_time_s,
+                      torch.get_num_threads())
+
+
+# --- vLLM, in-process ------------------------------------------------------------------------
+@dataclass
+class Engine:
+    llm: object
+    init_time_s: float
+    settings: dict
+
+
+def start_engine(model_path: str, dtype: str, max_model_len: int = settings.MAX_MODEL_LEN,
+                 kv_cache_bytes: int = settings.KV_CACHE_BYTES) -> Engine:
+    """vllm.LLM with the source's CPU settings (see settings.apply_cpu_engine_env)."""
+    settings.apply_cpu_engine_env()
+    from vllm import LLM
+
+    engine_settings = {"max_model_len": max_model_len, "kv_cache_memory_bytes": kv_cache_bytes,
+                       "enforce_eager": True, "dtype": dtype}
+    start = time.perf_counter()
+    llm = LLM(model=model_path, seed=settings.SEED, **engine_settings)
+    return Engine(llm, time.perf_counter() - start, engine_settings)
+
+
+def engine_capacity(engine: Engine) -> kv.KVCapacity:
+    """The KV capacity the engine allocated, read from its scheduler (what vLLM logs as
+    'GPU KV cache size: N tokens' and 'Maximum concurrency ...')."""
+    vllm_config = engine.llm.llm_engine.vllm_config
+    return kv.KVCapacity(vllm_config.cache_config.num_gpu_blocks,
+                         vllm_config.cache_config.block_size,
+                         vllm_config.model_config.max_model_len)
+
+
+def vllm_generate(engine: Engine, prompt: str = settings.PROMPT,
+                  max_new_tokens: int = settings.MAX_NEW_TOKENS, seed: int = settings.SEED) -> Generation:
+    import torch
+    from vllm import SamplingParams
+
+    def params(num_tokens: int) -> SamplingParams:
+        return SamplingParams(temperature=settings.TEMPERATURE, max_tokens=num_tokens,
+                              min_tokens=num_tokens, seed=seed)
+
+    engine.llm.generate([prompt], params(WARMUP_TOKENS), use_tqdm=False)   # not timed
+    start = time.perf_counter()
+    outputs = engine.llm.generate([prompt], params(max_new_tokens), use_tqdm=False)
+    total_time_s = time.perf_counter() - start
+    out = outputs[0]
+    return Generation("vLLM", out.outputs[0].text, len(out.prompt_token_ids),
+                      len(out.outputs[0].token_ids), total_time_s, engine.init_time_s,
+                      torch.get_num_threads())

@@ -1,0 +1,177 @@
+"""KV-cache arithmetic and the page allocator of tasks 3-4, plus the engine's capacity derived
+from the model config (task 2 checks it against what vLLM reports)."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelKV:
+    """The shape of one token's KV cache, read from the model config."""
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+    dtype_bytes: int
+
+    @classmethod
+    def from_config(cls, config, dtype: str, dtype_bytes: int) -> "ModelKV":
+        head_dim = (getattr(config, "head_dim", None)
+                    or config.hidden_size // config.num_attention_heads)
+        num_kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        return cls(config.num_hidden_layers, num_kv_heads, head_dim, dtype, dtype_bytes)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """2 (K and V) x layers x KV heads x head_dim x bytes per value.
+
+        SmolLM-135M in bf16: 2 x 30 x 3 x 64 x 2 = 23,040 B (22.5 KiB) per token.
+        """
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    def formula(self) -> str:
+        return (f"2 (K,V) x {self.num_layers} layers x {self.num_kv_heads} KV heads x "
+                f"{self.head_dim} dims x {self.dtype_bytes} B ({self.dtype})")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """How many tokens (and requests of max_model_len) a KV budget holds, in whole blocks."""
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def max_concurrency(self) -> float:
+        # A request of max_model_len tokens holds cdiv(max_model_len, block_size) whole blocks
+        # (vLLM's get_max_concurrency_for_kv_cache_config for one full-attention group).
+        return self.num_blocks / cdiv(self.max_model_len, self.block_size)
+
+
+def derive_capacity(bytes_per_token: int, budget_bytes: int, block_size: int,
+                    max_model_len: int) -> KVCapacity:
+    """The budget in whole blocks: 128 MiB / (23,040 B x 128 tokens) = 45 blocks in bf16."""
+    return KVCapacity(budget_bytes // (bytes_per_token * block_size), block_size, max_model_len)
+
+
+# --- Task 3: contiguous pre-allocation -------------------------------------------------------
+@dataclass(frozen=True)
+class Allocation:
+    num_used: int        # token slots the request actually fills
+    num_allocated: int   # token slots reserved for it
+
+    @property
+    def waste_pct(self) -> float:
+        return 100.0 * (self.num_allocated - self.num_used) / self.num_allocated
+
+
+@dataclass(frozen=True)
+class AllocationSummary:
+    allocations: list[Allocation]
+
+    @property
+    def num_allocated(self) -> int:
+        return sum(a.num_allocated for a in self.allocations)
+
+    @property
+    def num_used(self) -> int:
+        return sum(a.num_used for a in self.allocations)
+
+    @property
+    def utilization_pct(self) -> float:
+        return 100.0 * self.num_used / self.num_allocated
+
+    @property
+    def waste_pct(self) -> float:
+        return 100.0 - self.utilization_pct
+
+
+def allocate_contiguous(lengths: list[int], max_len: int) -> AllocationSummary:
+    """Every request reserves max_len slots up front: its final length is unknown."""
+    return AllocationSummary([Allocation(n, max_len) for n in lengths])
+
+
+def users_that_fit(total_slots: int, slots_per_request: int) -> int:
+    """Whole requests of slots_per_request that fit in total_slots."""
+    return total_slots // slots_per_request
+
+
+def mean_slots(total: int, num_requests: int) -> int:
+    """Mean slots per request in whole slots, rounded down (the source's 519 // 5 = 103)."""
+    return total // num_requests
+
+
+# --- Task 4: paged allocation with a real allocator ------------------------------------------
+class OutOfPages(Exception):
+    pass
+
+
+class PageAllocator:
+    """A pool of fixed-size pages handed out one at a time from a free list (vLLM's
+    BlockPool / nano-vllm's BlockManager)."""
+
+    def __init__(self, num_pages: int, page_size: int):
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.free_pages: deque[int] = deque(range(num_pages))
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_pages)
+
+    def allocate(self) -> int:
+        if not self.free_pages:
+            raise OutOfPages(f"all {self.num_pages} pages are in use")
+        return self.free_pages.popleft()
+
+    def free(self, pages: list[int]) -> None:
+        self.free_pages.extend(pages)
+
+
+@dataclass
+class Sequence:
+    """One request's tokens and its page table (logical page i -> physical page id)."""
+    name: str
+    num_tokens: int = 0
+    page_table: list[int] = field(default_factory=list)
+
+    def append_slot(self, allocator: PageAllocator) -> None:
+        """Add one token; take a new page only when the last one is full."""
+        if self.num_tokens % allocator.page_size == 0:
+            self.page_table.append(allocator.allocate())
+        self.num_tokens += 1
+
+
+@dataclass(frozen=True)
+class PagedRun:
+    sequences: list[Sequence]
+    summary: AllocationSummary
+    num_pool_pages: int
+    num_pages_peak: int     # pages in use when every request had all its tokens
+    num_free_after: int     # pages free after every request was freed (== pool size)
+
+
+def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pages: int) -> PagedRun:
+    """Grow every request one token per step, as decoding does, interleaved, so pages are handed
+    out as tokens arrive (and a request's pages need not be next to each other); then free all."""
+    allocator = PageAllocator(num_pool_pages, page_size)
+    sequences = [Sequence(name) for name in names]
+    for step in range(max(lengths)):
+        for seq, length in zip(sequences, lengths):
+            if step < length:
+                seq.append_slot(allocator)
+    num_pages_peak = num_pool_pages - allocator.num_free
+    summary = AllocationSummary([Allocation(s.num_tokens, len(s.page_table) * page_size)
+                                 for s in sequences])
+    for seq in sequences:
+        allocator.free(seq.page_table)
+    return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free)

@@ -1,0 +1,27 @@
+"""results/<script>.json: what each script measured, for the summary and for graders."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from common import settings
+
+
+def save(script: str, data: dict) -> Path:
+    """Write data (plus when it was measured) to results/<script>.json and return the path."""
+    out_dir = settings.results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{script}.json"
+    record = {"script": script,
+              "measured_at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+              **data}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def load(script: str) -> dict | None:
+    try:
+        return json.loads((settings.results_dir() / f"{script}.json").read_text())
+    except (OSError, ValueError):
+        return None

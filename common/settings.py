@@ -1,0 +1,115 @@
+"""The source's settings, the CPU environment for vLLM, and the dtype policy."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+# --- Settings from the source article (section 1) -------------------------------------------
+HUB_MODEL_ID = "HuggingFaceTB/SmolLM-135M"
+MAX_MODEL_LEN = 128                  # max_model_len: prompt + generated tokens per request
+KV_CACHE_BYTES = 128 * 1024 * 1024   # kv_cache_memory_bytes=134217728: 128 MiB for the KV cache
+MAX_NEW_TOKENS = 50                  # every generation in the lab asks for 50 new tokens
+TEMPERATURE = 0.7
+SEED = 0                             # sampling seed, so a rerun generates the same text
+PROMPT = "Explain what a large language model is in simple terms."
+SERVER_PORT = 8000
+DASHBOARD_PORT = 7860
+
+# Where the lab keeps what it derives once (the converted offline model, the remembered model
+# choice) and what the scripts measure. Both can be moved, e.g. by the tests.
+def cache_dir() -> Path:
+    return Path(os.environ.get("LAB_CACHE_DIR", REPO_DIR / ".cache"))
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get("LAB_RESULTS_DIR", REPO_DIR / "results"))
+
+
+def apply_cpu_engine_env() -> None:
+    """Set the source's CPU environment before vLLM is imported.
+
+    - VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the engine in this process: the default mode starts
+      two more Python processes of over 1 GB each (the source ran in a 4 GB VM).
+    - VLLM_CPU_KVCACHE_SPACE must be unset: it overrides kv_cache_memory_bytes and takes whole GiB.
+    - TORCHDYNAMO_DISABLE=1 with enforce_eager=True: no torch.compile, less memory and start-up.
+    - VLLM_LOGGING_LEVEL=WARNING keeps the engine's INFO lines out of the reports (the figures
+      they show are read from the engine and printed in the report instead); set it to INFO to
+      see them.
+    """
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # The hub is never needed once the model is resolved to a local folder.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# --- Machine and dtype policy ----------------------------------------------------------------
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")   # native bf16 on x86: AVX512-BF16 or AMX
+DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+
+
+def cpu_flags() -> set[str]:
+    """The CPU feature flags of this machine (Linux /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def memory_total_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def num_cores() -> int:
+    """Cores this process may run on (what the engine and torch will use)."""
+    return len(os.sched_getaffinity(0))
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: str      # "bfloat16" or "float32"
+    reason: str     # one line for the report: why this dtype ran
+
+    @property
+    def num_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+def resolve_dtype(requested: str = "auto", flags: set[str] | None = None) -> DtypeChoice:
+    """--dtype auto|bfloat16|float32 -> the dtype that runs, and why.
+
+    auto picks bfloat16 only where the CPU computes it natively. Without avx512_bf16/amx_bf16,
+    torch's bf16 matmul falls back to a slow path (~0.3 GFLOP/s vs ~100 GFLOP/s fp32 measured on
+    an AVX2 machine) and fp32 doubles batched throughput, at twice the KV bytes per token.
+    """
+    if requested not in DTYPE_CHOICES:
+        raise ValueError(f"unknown dtype {requested!r} (choose from {', '.join(DTYPE_CHOICES)})")
+    if requested != "auto":
+        return DtypeChoice(requested, "asked for with --dtype")
+    flags = cpu_flags() if flags is None else flags
+    native = sorted(f for f in BF16_CPU_FLAGS if f in flags)
+    if native:
+        return DtypeChoice("bfloat16", f"auto: CPU has native bf16 ({', '.join(native)})")
+    return DtypeChoice("float32", "auto: CPU has no native bf16 (no avx512_bf16/amx_bf16), "
+                                  "fp32 is faster here")

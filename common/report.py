@@ -90,6 +90,8 @@ def kv_bytes_section(model, model_kv, budget_bytes: int, slots: Sequence[tuple[s
     lab's KV budget. Returns the figures it printed."""
     bpt = model_kv.bytes_per_token
     section(f"IN BYTES: {model.name}, {model_kv.dtype}")
+    row("Model", model.describe())
+    row("  path", model.path)
     row("KV bytes per token", f"{bpt:,} B = {model_kv.formula()}")
     for label, num_slots in slots:
         row(label, f"{num_slots:,} slots x {bpt:,} B = {num_slots * bpt / MIB:,.2f} MiB")

@@ -35,7 +35,7 @@ def apply_cpu_engine_env() -> None:
       two more Python processes of over 1 GB each (the source ran in a 4 GB VM).
     - VLLM_CPU_KVCACHE_SPACE must be unset: it overrides kv_cache_memory_bytes and takes whole GiB.
     - TORCHDYNAMO_DISABLE=1 with enforce_eager=True: no torch.compile, less memory and start-up.
-    - VLLM_LOGGING_LEVEL=WARNING keeps the engine's INFO lines out of the reports (the figures
+    - VLLM_LOGGING_LEVEL=ERROR keeps the engine's INFO and WARNING lines out of the reports (the figures
       they show are read from the engine and printed in the report instead); set it to INFO to
       see them.
     """
@@ -43,7 +43,7 @@ def apply_cpu_engine_env() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     # The hub is never needed once the model is resolved to a local folder.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

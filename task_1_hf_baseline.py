@@ -1,0 +1,67 @@
+"""Task 1: Naive HuggingFace Inference - the baseline.
+
+Loads the lab's model with transformers and generates 50 new tokens for one prompt with
+model.generate() (do_sample=True, temperature=0.7), after one untimed warm-up. Prints the text,
+the generated tokens, the total time and tokens per second, and saves them for task 2.
+
+    python task_1_hf_baseline.py [--model M] [--dtype auto|bfloat16|float32] [--prompt TEXT]
+"""
+from __future__ import annotations
+
+import sys
+
+from common import cli, engine, report, results, settings
+
+SCRIPT = "task_1_hf_baseline"
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_model_args(parser)
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--prompt", default=settings.PROMPT, help="the prompt (default: the source's)")
+    group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
+                       help=f"new tokens to generate (default {settings.MAX_NEW_TOKENS})")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    model = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+
+    report.title("Task 1: Naive HuggingFace Inference - The Baseline")
+    report.row("Model", model.name)
+    report.row("Prompt", f'"{args.prompt}"')
+    print("Loading model with HuggingFace transformers and generating...", flush=True)
+    gen = engine.hf_generate(model.path, dtype.dtype, args.prompt, args.max_tokens)
+
+    report.section("WHAT RAN")
+    report.run_info(model, dtype, gen.threads,
+                    Sampling=f"do_sample=True, temperature={settings.TEMPERATURE}, "
+                             f"seed={settings.SEED}, {args.max_tokens} new tokens (EOS held off)")
+    report.section("RESULTS")
+    report.row("Generated text", repr(gen.text[:120] + ("..." if len(gen.text) > 120 else "")))
+    report.row("Prompt tokens", gen.prompt_tokens)
+    report.row("Generated tokens", gen.generated_tokens)
+    report.row("Model load time (s)", f"{gen.load_time_s:.2f}")
+    report.row("Total time (s)", f"{gen.total_time_s:.2f} (one warm-up run excluded)")
+    report.row("Tokens per second (tok/s)", f"{gen.tokens_per_s:.1f}")
+    report.insight([
+        "This is SINGLE-REQUEST performance",
+        "There is no batching - one request at a time",
+        f"Under load, requests queue: 20 users one after another would wait about "
+        f"{20 * gen.total_time_s:.0f} s for the last answer ({gen.total_time_s:.2f} s each)",
+    ])
+
+    data = {"model": model.name, "model_source": model.source, "model_path": model.path,
+            "dtype": dtype.dtype, "dtype_reason": dtype.reason, "threads": gen.threads,
+            "settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
+                         "temperature": settings.TEMPERATURE, "seed": settings.SEED},
+            **gen.to_dict()}
+    print(f"Saved: {results.save(SCRIPT, data)}")
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

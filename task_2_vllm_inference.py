@@ -1,0 +1,128 @@
+"""Task 2: vLLM Offline Inference - see the difference.
+
+Runs the same model, prompt and sampling as task 1 with vllm.LLM (in-process CPU engine,
+max_model_len 128, 128 MiB KV cache, enforce_eager), after one untimed warm-up. Prints the
+result, the HuggingFace-vs-vLLM comparison (task 1's saved result when it matches, else the
+baseline measured here), and the KV capacity the engine allocated beside the same figure derived
+from the model config: bytes per token x 128 MiB, in whole blocks. The two must agree.
+
+    python task_2_vllm_inference.py [--model M] [--dtype auto|bfloat16|float32] [--prompt TEXT]
+"""
+from __future__ import annotations
+
+import sys
+
+from common import cli, engine, kv, report, results, settings
+
+SCRIPT = "task_2_vllm_inference"
+BASELINE_SCRIPT = "task_1_hf_baseline"
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_model_args(parser)
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--prompt", default=settings.PROMPT, help="the prompt (default: the source's)")
+    group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
+                       help=f"new tokens to generate (default {settings.MAX_NEW_TOKENS})")
+    return parser.parse_args(argv)
+
+
+def load_baseline(model, dtype: str, prompt: str, max_tokens: int) -> tuple[dict, str]:
+    """Task 1's saved result if it measured the same thing, else measure the baseline here."""
+    saved = results.load(BASELINE_SCRIPT)
+    if (saved and saved.get("model_path") == model.path and saved.get("dtype") == dtype
+            and saved.get("settings", {}).get("prompt") == prompt
+            and saved.get("settings", {}).get("max_new_tokens") == max_tokens):
+        return saved, f"task 1's saved result ({saved['measured_at']})"
+    print("No matching task 1 result saved: measuring the HuggingFace baseline now...", flush=True)
+    return engine.hf_generate(model.path, dtype, prompt, max_tokens).to_dict(), "measured now"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    model = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+
+    report.title("Task 2: vLLM Offline Inference - See the Difference")
+    report.row("Model", model.name)
+    report.row("Prompt", f'"{args.prompt}"')
+    baseline, baseline_source = load_baseline(model, dtype.dtype, args.prompt, args.max_tokens)
+
+    print("Initializing vLLM engine...", flush=True)
+    eng = engine.start_engine(model.path, dtype.dtype)
+    print(f"vLLM engine ready ({eng.init_time_s:.1f} s). Generating with vLLM...", flush=True)
+    gen = engine.vllm_generate(eng, args.prompt, args.max_tokens)
+    capacity = engine.engine_capacity(eng)
+    model_kv = kv.ModelKV.from_config(engine.load_config(model.path), dtype.dtype, dtype.num_bytes)
+    derived = kv.derive_capacity(model_kv.bytes_per_token, settings.KV_CACHE_BYTES,
+                                 capacity.block_size, capacity.max_model_len)
+
+    report.section("WHAT RAN")
+    report.run_info(model, dtype, gen.threads,
+                    Engine=", ".join(f"{k}={v}" for k, v in eng.settings.items()),
+                    Mode="in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), CPU",
+                    Sampling=f"temperature={settings.TEMPERATURE}, seed={settings.SEED}, "
+                             f"{args.max_tokens} new tokens (EOS held off)")
+    report.section("vLLM RESULTS")
+    report.row("Generated text", repr(gen.text[:120] + ("..." if len(gen.text) > 120 else "")))
+    report.row("Generated tokens", gen.generated_tokens)
+    report.row("Engine start-up (s)", f"{eng.init_time_s:.2f}")
+    report.row("Total time (s)", f"{gen.total_time_s:.2f} (one warm-up run excluded)")
+    report.row("Tokens per second (tok/s)", f"{gen.tokens_per_s:.1f}")
+
+    speedup = gen.tokens_per_s / baseline["tokens_per_s"]
+    report.section("COMPARISON: HuggingFace vs vLLM")
+    report.note(f"HuggingFace baseline: {baseline_source}")
+    report.table(["Metric", "HuggingFace", "vLLM"],
+                 [("Tokens/sec", f"{baseline['tokens_per_s']:.1f}", f"{gen.tokens_per_s:.1f}"),
+                  ("Total time", f"{baseline['total_time_s']:.2f}s", f"{gen.total_time_s:.2f}s")],
+                 widths=[20, 14, 12])
+    report.note(f"vLLM is {speedup:.1f}x {'faster' if speedup >= 1 else 'as fast'} in tokens/sec")
+
+    report.section("KV CACHE CAPACITY")
+    report.table(["", "Engine (read)", "Derived"],
+                 [("Blocks", capacity.num_blocks, derived.num_blocks),
+                  ("Block size (tokens)", capacity.block_size, derived.block_size),
+                  ("KV cache size (tokens)", f"{capacity.num_tokens:,}", f"{derived.num_tokens:,}"),
+                  (f"Max concurrency @ {capacity.max_model_len}",
+                   f"{capacity.max_concurrency:.2f}x", f"{derived.max_concurrency:.2f}x")],
+                 widths=[26, 16, 12])
+    report.note(f"Derived: {settings.KV_CACHE_BYTES:,} B // ({model_kv.bytes_per_token:,} B/token "
+                f"x {capacity.block_size} tokens/block) = {derived.num_blocks} blocks")
+    report.note(f"  where {model_kv.bytes_per_token:,} B/token = {model_kv.formula()}")
+    agree = capacity == derived
+    report.note("Engine and config agree to the block." if agree else
+                "MISMATCH: the engine allocated a different number of blocks than derived.")
+    report.insight([
+        f"One request: vLLM {gen.tokens_per_s:.1f} vs HuggingFace {baseline['tokens_per_s']:.1f} "
+        f"tok/s - one sequence cannot use the engine's batching",
+        f"The engine's real lever is capacity: {capacity.num_tokens:,} KV tokens = "
+        f"{capacity.max_concurrency:.0f} requests of {capacity.max_model_len} tokens at once",
+        "The REAL advantage shows under concurrent load (task 6)",
+    ])
+
+    data = {"model": model.name, "model_source": model.source, "model_path": model.path,
+            "dtype": dtype.dtype, "dtype_reason": dtype.reason, "threads": gen.threads,
+            "settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
+                         "temperature": settings.TEMPERATURE, "seed": settings.SEED,
+                         **eng.settings},
+            **gen.to_dict(),
+            "baseline": {"source": baseline_source, "tokens_per_s": baseline["tokens_per_s"],
+                         "total_time_s": baseline["total_time_s"]},
+            "speedup": round(speedup, 2),
+            "kv_capacity_engine": {"num_blocks": capacity.num_blocks,
+                                   "block_size": capacity.block_size,
+                                   "num_tokens": capacity.num_tokens,
+                                   "max_concurrency": capacity.max_concurrency},
+            "kv_capacity_derived": {"num_blocks": derived.num_blocks,
+                                    "num_tokens": derived.num_tokens,
+                                    "max_concurrency": derived.max_concurrency,
+                                    "kv_bytes_per_token": model_kv.bytes_per_token},
+            "kv_capacity_agree": agree}
+    print(f"Saved: {results.save(SCRIPT, data)}")
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,57 @@
+"""Shared fixtures: a tiny model the tests build themselves, and a way to run a script the
+way a learner does (a subprocess), with results written to a temporary folder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _results_in_tmp(tmp_path, monkeypatch):
+    """No test writes into the learner's results/ folder."""
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
+
+
+def run_script(script: str, *args: str, env: dict | None = None, timeout: int = 600):
+    """Run a lab script as a learner would; returns the finished process (text output)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, str(REPO / script), *args], cwd=REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def saved_result(script: str) -> dict:
+    return json.loads((Path(os.environ["LAB_RESULTS_DIR"]) / f"{script}.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """The lab's own model choice (the packaged offline model on a machine with no hub)."""
+    from common.model import resolve_model
+
+    return resolve_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, real_model) -> str:
+    """A 2-layer Llama with random weights and the real tokenizer: the real code paths of
+    transformers and vLLM in a few seconds. head_dim 64 is one the vLLM CPU attention supports."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(real_model.path)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=64, max_position_embeddings=256, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)

@@ -1,0 +1,117 @@
+"""Tasks 3-4: the source's figures, exactly, and bad input as one line with exit code 2."""
+from __future__ import annotations
+
+import pytest
+
+import task_3_kv_cache_problem as task3
+import task_4_paged_attention as task4
+from common import kv
+from tests.conftest import run_script, saved_result
+
+
+@pytest.fixture(scope="module")
+def model_args(tiny_model):
+    return ["--model", tiny_model, "--dtype", "float32"]
+
+
+def test_task3_reproduces_the_source(model_args, capsys):
+    r = task3.main(model_args)
+    assert [q["waste_pct"] for q in r["requests"]] == [91.2, 75.0, 95.5, 50.0, 86.9]
+    assert [q["used"] for q in r["requests"]] == [45, 128, 23, 256, 67]
+    assert (r["total_allocated"], r["total_used"]) == (2560, 519)
+    assert (r["utilization_pct"], r["waste_pct"]) == (20.3, 79.7)
+    assert (r["users_contiguous"], r["users_ideal"]) == (19, 97)
+    out = capsys.readouterr().out
+    assert "[####..............................................] 45/512 used (91.2% wasted)" in out
+    assert "[##................................................] 23/512 used (95.5% wasted)" in out
+    assert "5.1x fewer users" in out            # 97 / 19, not the source's misprinted "19x"
+    assert saved_result("task_3_kv_cache_problem")["users_ideal"] == 97
+
+
+def test_task4_reproduces_the_source(model_args, capsys):
+    r = task4.main(model_args)
+    assert [q["pages"] for q in r["requests"]] == [3, 8, 2, 16, 5]
+    assert [q["waste_pct"] for q in r["requests"]] == [6.2, 0.0, 28.1, 0.0, 16.2]
+    assert r["contiguous"] == {"allocated": 2560, "used": 519, "utilization_pct": 20.3}
+    paged = r["paged"]
+    assert (paged["allocated"], paged["used"], paged["utilization_pct"]) == (544, 519, 95.4)
+    assert (r["slots_saved"], r["memory_ratio"]) == (2016, 4.7)
+    assert (r["users_contiguous"], r["users_paged"], r["users_ratio"]) == (19, 92, 4.8)
+    # the allocator really handed pages out and took them all back
+    assert paged["peak_pages"] == 34 and paged["free_pages_after"] == paged["pool_pages"] == 160
+    ids = [i for q in r["requests"] for i in q["page_ids"]]
+    assert len(ids) == len(set(ids)) == 34
+    out = capsys.readouterr().out
+    assert "Pages: [##|##]  waste: 28.1%" in out
+    assert "Memory saved: 2016 slots (4.7x less memory)" in out
+
+
+def test_bytes_section_uses_the_model_config(real_model, capsys):
+    """The real model in bf16: 2 x 30 layers x 3 KV heads x 64 x 2 B = 23,040 B per token."""
+    r = task4.main(["--dtype", "bfloat16"])
+    b = r["in_bytes"]
+    assert b["kv_bytes_per_token"] == 23_040
+    assert b["budget_token_slots"] == 134_217_728 // 23_040 == 5_825
+    assert list(b["users_in_budget"].values()) == [5_825 // 512, 5_825 // 108] == [11, 53]
+    r = task3.main(["--dtype", "float32"])
+    assert r["in_bytes"]["kv_bytes_per_token"] == 46_080
+
+
+def test_tiny_model_bytes(model_args):
+    # 2 (K,V) x 2 layers x 1 KV head x 64 dims x 4 B
+    assert task3.main(model_args)["in_bytes"]["kv_bytes_per_token"] == 1_024
+
+
+def test_custom_lengths(model_args):
+    r = task4.main(["--lengths", "1,16,17", "--max-len", "32", "--page-size", "16",
+                    "--total-slots", "100", *model_args])
+    assert [q["pages"] for q in r["requests"]] == [1, 1, 2]
+    assert r["paged"]["allocated"] == 64 and r["contiguous"]["allocated"] == 96
+    assert r["users_contiguous"] == 100 // 32
+    assert r["users_paged"] == 100 // (64 // 3)
+
+
+def test_page_allocator_runs_out_and_frees():
+    allocator = kv.PageAllocator(num_pages=2, page_size=4)
+    seq = kv.Sequence("s")
+    for _ in range(8):
+        seq.append_slot(allocator)
+    assert seq.page_table == [0, 1] and allocator.num_free == 0
+    with pytest.raises(kv.OutOfPages):
+        seq.append_slot(allocator)
+    allocator.free(seq.page_table)
+    assert allocator.num_free == 2
+
+
+def test_capacity_derivation_matches_vllm_reports():
+    # SPEC: vLLM reported 5,760 tokens / 45.00x in bf16 and 2,816 / 22.00x in fp32 (block 128).
+    bf16 = kv.derive_capacity(23_040, 134_217_728, 128, 128)
+    assert (bf16.num_blocks, bf16.num_tokens, bf16.max_concurrency) == (45, 5_760, 45.0)
+    fp32 = kv.derive_capacity(46_080, 134_217_728, 128, 128)
+    assert (fp32.num_blocks, fp32.num_tokens, fp32.max_concurrency) == (22, 2_816, 22.0)
+
+
+@pytest.mark.parametrize("script", ["task_3_kv_cache_problem.py", "task_4_paged_attention.py"])
+@pytest.mark.parametrize("args, message", [
+    (["--lengths", "45,abc"], "'abc' is not a whole number"),
+    (["--lengths", "45,-5"], "'-5' must be greater than 0"),
+    (["--lengths", "45,,3"], "is not a comma-separated list"),
+    (["--lengths", "600", "--max-len", "512"], "--lengths 600 is longer than --max-len 512"),
+    (["--dtype", "fp16"], "invalid choice: 'fp16'"),
+    (["--total-slots", "0"], "'0' must be greater than 0"),
+    (["--model", "/no/such/model"], "not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(script, args, message):
+    proc = run_script(script, *args, env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_zero_page_size_is_refused():
+    proc = run_script("task_4_paged_attention.py", "--page-size", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "task_4_paged_attention.py: error: argument --page-size: '0' must be greater than 0 "
+        "(see --help)"]

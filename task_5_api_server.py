@@ -1,0 +1,127 @@
+"""Task 5: vLLM OpenAI-Compatible API Server.
+
+Starts (or reuses) the lab's vLLM server on :8000 with the lab's settings, waits until /health
+answers (and says how long that took), then sends "What is inference in machine learning?" to
+/v1/completions twice: as raw HTTP with `requests`, and with the official `openai` client where
+only base_url changes. Prints the text, latency and token usage of both. The server stays up
+for tasks 6-8; `make stop` stops it.
+
+    python task_5_api_server.py [--model M] [--dtype auto] [--prompt TEXT] [--port 8000]
+    python task_5_api_server.py --base-url http://gpu-box:8000   # any OpenAI-compatible server
+"""
+from __future__ import annotations
+
+import time
+
+import requests
+
+from common import cli, report, results, settings
+from common.load import completion_payload
+
+SCRIPT = "task_5_api_server"
+PROMPT = "What is inference in machine learning?"
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_model_args(parser)
+    cli.add_server_args(parser)
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--prompt", default=PROMPT, help=f'the prompt (default: "{PROMPT}")')
+    group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
+                       help=f"new tokens to generate (default {settings.MAX_NEW_TOKENS})")
+    return parser.parse_args(argv)
+
+
+def refusal(status: int, body: str) -> str:
+    try:
+        return f"HTTP {status}: {requests.models.complexjson.loads(body)['error']['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {status}: {body[:200]}"
+
+
+def send_raw(base_url: str, model: str, prompt: str, max_tokens: int) -> dict:
+    """POST /v1/completions as plain JSON over HTTP."""
+    start = time.perf_counter()
+    resp = requests.post(f"{base_url}/v1/completions",
+                         json=completion_payload(model, prompt, max_tokens, stream=False), timeout=300)
+    latency = time.perf_counter() - start
+    if resp.status_code != 200:
+        cli.fail(f"the server refused the request: {refusal(resp.status_code, resp.text)}", code=1)
+    body = resp.json()
+    return {"text": body["choices"][0]["text"], "latency_s": latency,
+            "prompt_tokens": body["usage"]["prompt_tokens"],
+            "completion_tokens": body["usage"]["completion_tokens"]}
+
+
+def send_openai(base_url: str, model: str, prompt: str, max_tokens: int) -> dict:
+    """The same request with the official OpenAI SDK: only base_url differs from OpenAI's API.
+    (min_tokens is vLLM's extension to hold EOS off; the SDK passes it through extra_body.)"""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY")   # no key needed locally
+    start = time.perf_counter()
+    try:
+        completion = client.completions.create(
+            model=model, prompt=prompt, max_tokens=max_tokens, temperature=settings.TEMPERATURE,
+            extra_body={"min_tokens": max_tokens})
+    except openai.APIStatusError as e:
+        cli.fail(f"the server refused the request: {refusal(e.status_code, e.response.text)}", code=1)
+    except openai.APIConnectionError as e:
+        cli.fail(f"the server at {base_url} cannot be reached ({e})", code=1)
+    latency = time.perf_counter() - start
+    return {"text": completion.choices[0].text, "latency_s": latency,
+            "prompt_tokens": completion.usage.prompt_tokens,
+            "completion_tokens": completion.usage.completion_tokens}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    report.title("Task 5: vLLM OpenAI-Compatible API Server")
+    srv, model, dtype = cli.lab_server(args)
+    report.row("Server URL", srv.base_url)
+    report.row("Prompt", f'"{args.prompt}"')
+    if srv.state == "external":
+        report.row("Model", srv.model_name)
+        report.row("Server", "external (--base-url): not started or stopped by the lab")
+    else:
+        report.run_info(model, dtype, settings.num_cores(), Engine=srv.config.describe())
+        report.row("Server", f"{srv.state} (PID {srv.pid}), log: {srv.log_path}")
+        if srv.startup_s is not None:
+            report.row("Ready after (s)", f"{srv.startup_s:.1f}")
+
+    report.section("SENDING REQUEST")
+    report.row("Endpoint", f"{srv.base_url}/v1/completions")
+    raw = send_raw(srv.base_url, srv.model_name, args.prompt, args.max_tokens)
+    sdk = send_openai(srv.base_url, srv.model_name, args.prompt, args.max_tokens)
+    for name, r in (("RESPONSE: raw HTTP (requests)", raw),
+                    ("RESPONSE: official openai client, only base_url changed", sdk)):
+        report.section(name)
+        report.note(f"Response: {r['text'].strip()!r}")
+        report.row("Latency (s)", f"{r['latency_s']:.2f}")
+        report.row("Prompt tokens", r["prompt_tokens"])
+        report.row("Completion tokens", r["completion_tokens"])
+
+    report.section("API DETAILS")
+    report.row("Format", "OpenAI-compatible (drop-in replacement)")
+    report.row("Auth", "no API key needed (local server)")
+    if srv.state != "external":
+        report.row("Server left running", "for tasks 6-8; stop it with `make stop`")
+    report.insight([
+        "Any app using the OpenAI SDK works with vLLM: the client above changed only base_url",
+        "The same JSON over plain HTTP gets the same kind of answer: no SDK needed either",
+    ])
+    data = {"model": srv.model_name, "model_source": model.source if model else "external",
+            "dtype": dtype.dtype if dtype else None, "threads": settings.num_cores(),
+            "base_url": srv.base_url, "server_state": srv.state,
+            "startup_s": round(srv.startup_s, 2) if srv.startup_s is not None else None,
+            "settings": {"prompt": args.prompt, "max_tokens": args.max_tokens,
+                         "temperature": settings.TEMPERATURE,
+                         "server": srv.config.describe() if srv.config else None},
+            "raw_http": raw, "openai_client": sdk}
+    print(f"Saved: {results.save(SCRIPT, data)}")
+    return data
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,174 @@
+"""Tasks 5-7 against a real vLLM server on the tiny model, on a free port (never :8000):
+start, reuse, restart on changed settings, a busy port, stop, Ctrl-C while starting; both
+clients of task 5; task 6's counts and failures; task 7's config switching. Then once on the
+real packaged model."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common import load, server
+from tests.conftest import REPO, run_script, saved_result
+
+pytestmark = pytest.mark.engine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def processes_on_port(port: int) -> list[int]:
+    """PIDs of any process whose command line has --port <port> (the server or its child)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in cmdline and str(port).encode() in cmdline:
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def port():
+    p = free_port()
+    yield p
+    server.stop_server(p)
+    assert processes_on_port(p) == []
+
+
+def test_task5_starts_then_reuses_and_both_clients_answer(tiny_model, port):
+    args = ["--model", tiny_model, "--dtype", "float32", "--port", str(port), "--max-tokens", "12"]
+    proc = run_script("task_5_api_server.py", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    r = saved_result("task_5_api_server")
+    assert r["server_state"] == "started" and r["startup_s"] > 0
+    assert r["base_url"] == f"http://127.0.0.1:{port}"
+    for client in ("raw_http", "openai_client"):
+        assert r[client]["completion_tokens"] == 12 and r[client]["latency_s"] > 0
+        assert r[client]["prompt_tokens"] > 0
+    assert "official openai client, only base_url changed" in proc.stdout
+    assert "stop it with `make stop`" in proc.stdout
+
+    proc = run_script("task_5_api_server.py", *args)
+    assert proc.returncode == 0
+    assert saved_result("task_5_api_server")["server_state"] == "reused"
+
+
+def test_task5_prompt_too_long_is_one_line(tiny_model, port):
+    proc = run_script("task_5_api_server.py", "--model", tiny_model, "--dtype", "float32",
+                      "--port", str(port), "--prompt", "word " * 300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ERROR: the server refused the request: HTTP 400")
+    assert "maximum context length is 128 tokens" in lines[0]
+
+
+def test_task6_counts_tokens_and_users(tiny_model, port):
+    proc = run_script("task_6_multi_user_load.py", "--model", tiny_model, "--dtype", "float32",
+                      "--port", str(port), "--users", "1,3,6", "--max-tokens", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = saved_result("task_6_multi_user_load")
+    assert r["server_state"] == "reused"
+    assert [lv["users"] for lv in r["levels"]] == [1, 3, 6]
+    assert [lv["total_tokens"] for lv in r["levels"]] == [10, 30, 60]
+    assert all(lv["failed"] == 0 and lv["succeeded"] == lv["users"] for lv in r["levels"])
+    for lv in r["levels"]:
+        assert 0 < lv["mean_ttft_s"] <= lv["mean_latency_s"]
+        assert lv["p50_latency_s"] <= lv["p95_latency_s"]
+    assert r["sequential"]["users"] == 6 and r["sequential"]["total_tokens"] == 60
+    peak = max(lv["throughput_tok_s"] for lv in r["levels"])
+    assert r["scaling_factor"] == pytest.approx(peak / r["levels"][0]["throughput_tok_s"], rel=0.01)
+
+
+def test_a_refused_request_is_counted_as_failed(port):
+    config = server.running_config(port)
+    level = load.run_level(f"http://127.0.0.1:{port}", config.model_name,
+                           ["User 1: explain a KV cache.", "word " * 300], max_tokens=8)
+    assert (len(level.ok), level.num_failed, level.total_tokens) == (1, 1, 8)
+    assert level.summary()["errors"][0].startswith("HTTP 400")
+
+
+def test_task7_switches_configs(tiny_model, port):
+    proc = run_script("task_7_tuning.py", "--model", tiny_model, "--dtype", "float32",
+                      "--port", str(port), "--requests", "10", "--max-tokens", "8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = saved_result("task_7_tuning")["configs"]
+    assert [(c["max_model_len"], c["max_num_seqs"]) for c in rows] == [(128, 256), (64, 256), (64, 8)]
+    assert [c["server_state"] for c in rows] == ["reused", "restarted", "restarted"]
+    assert all(c["succeeded"] == 10 and c["total_tokens"] == 80 for c in rows)
+    # tiny model, fp32: 1,024 B/token -> 1,024 blocks of 128 tokens; one block per request
+    assert [c["kv_max_concurrency"] for c in rows] == [1024.0, 1024.0, 1024.0]
+    assert rows[2]["peak_running"] <= 8
+    assert server.running_config(port).max_num_seqs == 8      # left running with config C
+
+
+def test_busy_port_is_refused_and_left_alone(tiny_model):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        proc = run_script("task_5_api_server.py", "--model", tiny_model, "--port", str(busy))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip() == (f"ERROR: port {busy} is in use by another program (not a "
+                                       f"server this lab started); stop it or choose another --port")
+        assert s.fileno() != -1
+
+
+def test_ctrl_c_while_starting_leaves_no_process(tiny_model):
+    p = free_port()
+    proc = subprocess.Popen([sys.executable, "task_5_api_server.py", "--model", tiny_model,
+                             "--port", str(p)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(pid != proc.pid for pid in processes_on_port(p)):   # the server is starting
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert "interrupted" in err
+    assert processes_on_port(p) == []
+    assert server.running_config(p) is None
+
+
+def test_stop_stops_only_the_lab_server(port):
+    assert processes_on_port(port)
+    out = subprocess.run([sys.executable, "-m", "common.server", "stop", "--port", str(port)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == f"Stopped the lab's vLLM server on :{port}."
+    assert processes_on_port(port) == []
+
+
+@pytest.mark.real_model
+def test_tasks_5_to_7_on_the_real_model(real_model):
+    p = free_port()
+    try:
+        for script, args in (("task_5_api_server.py", []),
+                             ("task_6_multi_user_load.py", ["--no-sequential"]),
+                             ("task_7_tuning.py", [])):
+            proc = run_script(script, "--port", str(p), *args)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        t5, t6, t7 = (saved_result(s) for s in ("task_5_api_server", "task_6_multi_user_load",
+                                                "task_7_tuning"))
+        assert t5["raw_http"]["completion_tokens"] == t5["openai_client"]["completion_tokens"] == 50
+        assert [lv["total_tokens"] for lv in t6["levels"]] == [50, 250, 500, 1000]
+        assert all(lv["failed"] == 0 for lv in t6["levels"])
+        assert t6["server_state"] == "reused"
+        expected = {"bfloat16": 45.0, "float32": 22.0}[t7["dtype"]]
+        assert [c["kv_max_concurrency"] for c in t7["configs"]] == [expected] * 3
+        assert t7["configs"][2]["peak_running"] <= 8
+        assert all(c["succeeded"] == 10 for c in t7["configs"])
+    finally:
+        server.stop_server(p)
+    assert processes_on_port(p) == []

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.lab-setup-done
 # Every task script that exists, in the order of the lesson.
 TASKS := $(sort $(wildcard task_[0-9]_*.py))
 
-.PHONY: setup lab test model stop clean
+.PHONY: setup lab test model stop bench clean
 
 setup: $(STAMP)
 
@@ -34,10 +34,15 @@ model: setup
 lab: setup
 	$(PY) verify_environment.py
 	@set -e; for t in $(TASKS); do $(PY) $$t; done
+	@echo "The vLLM server is still running for the next task; stop it with: make stop"
 
 # Stops only the vLLM server the lab started (tasks 5-7 leave it running for the next task).
 stop:
 	@if [ -x $(PY) ]; then $(PY) -m common.server stop; fi
+
+# Task 6's load against vLLM's own `vllm bench serve` on the same server (see README).
+bench: setup
+	$(PY) benchmarks/cross_check.py
 
 test: setup
 	$(PY) -m pytest

@@ -112,6 +112,17 @@ def test_task7_switches_configs(tiny_model, port):
     assert server.running_config(port).max_num_seqs == 8      # left running with config C
 
 
+def test_cross_check_runs_vllm_bench_serve_on_the_same_load(tiny_model, port):
+    proc = run_script("benchmarks/cross_check.py", "--model", tiny_model, "--dtype", "float32",
+                      "--port", str(port), "--users", "4", "--max-tokens", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = saved_result("benchmark_cross_check")
+    assert r["vllm_bench_serve"]["completed"] == r["task6"]["succeeded"] == 4
+    assert r["vllm_bench_serve"]["total_output_tokens"] == r["task6"]["total_tokens"] == 40
+    assert r["vllm_bench_serve"]["output_throughput"] > 0 and r["input_len"] > 0
+    assert "Output throughput differs by" in proc.stdout   # agreement: a figure, not a test
+
+
 def test_busy_port_is_refused_and_left_alone(tiny_model):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -21,10 +21,7 @@ BASELINE_SCRIPT = "task_1_hf_baseline"
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_model_args(parser)
-    group = parser.add_argument_group("sampling")
-    group.add_argument("--prompt", default=settings.PROMPT, help="the prompt (default: the source's)")
-    group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
-                       help=f"new tokens to generate (default {settings.MAX_NEW_TOKENS})")
+    cli.add_sampling_args(parser)
     return parser.parse_args(argv)
 
 

@@ -26,10 +26,7 @@ def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_model_args(parser)
     cli.add_server_args(parser)
-    group = parser.add_argument_group("sampling")
-    group.add_argument("--prompt", default=PROMPT, help=f'the prompt (default: "{PROMPT}")')
-    group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
-                       help=f"new tokens to generate (default {settings.MAX_NEW_TOKENS})")
+    cli.add_sampling_args(parser, prompt=PROMPT)
     return parser.parse_args(argv)
 
 
@@ -80,7 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     report.title("Task 5: vLLM OpenAI-Compatible API Server")
     srv, model, dtype = cli.lab_server(args)
     report.row("Server URL", srv.base_url)
-    report.row("Prompt", f'"{args.prompt}"')
+    shown = args.prompt if len(args.prompt) <= 80 else args.prompt[:77] + "..."
+    report.row("Prompt", f'"{shown}"')
     if srv.state == "external":
         report.row("Model", srv.model_name)
         report.row("Server", "external (--base-url): not started or stopped by the lab")

@@ -38,6 +38,9 @@ def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_model_args(parser)
     group = parser.add_argument_group("server")
+    group.add_argument("--base-url", default=None,
+                       help="not supported: task 7 restarts the server for each config, which it "
+                            "only does for the server the lab manages")
     group.add_argument("--host", default="127.0.0.1", help="address the lab's server listens on")
     group.add_argument("--port", type=cli.positive_int, default=settings.SERVER_PORT,
                        help=f"port of the lab's server (default {settings.SERVER_PORT})")
@@ -47,7 +50,9 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
                        help=f"new tokens per request (default {settings.MAX_NEW_TOKENS})")
     args = parser.parse_args(argv)
-    args.base_url = None   # task 7 restarts the server: it needs one the lab manages
+    if args.base_url:
+        parser.error("--base-url: task 7 restarts the server for each config, so it needs the "
+                     "server the lab manages (use --port, and --host for its address)")
     return args
 
 

@@ -121,3 +121,10 @@ def run(main) -> None:
         fail(str(e), code=1)
     except KeyboardInterrupt:
         fail("interrupted (any server this run was starting has been stopped)", code=130)
+
+
+def add_sampling_args(parser: argparse.ArgumentParser, prompt: str = settings.PROMPT) -> None:
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--prompt", default=prompt, help=f'the prompt (default: "{prompt}")')
+    group.add_argument("--max-tokens", type=positive_int, default=settings.MAX_NEW_TOKENS,
+                       help=f"new tokens to generate (default {settings.MAX_NEW_TOKENS})")

@@ -183,3 +183,17 @@ def test_tasks_5_to_7_on_the_real_model(real_model):
     finally:
         server.stop_server(p)
     assert processes_on_port(p) == []
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("task_7_tuning.py", ["--base-url", "http://127.0.0.1:9"], "task 7 restarts the server"),
+    ("task_6_multi_user_load.py", ["--users", "1,x"], "'x' is not a whole number"),
+    ("task_6_multi_user_load.py", ["--base-url", "http://127.0.0.1:9"],
+     "no OpenAI-compatible server answers at http://127.0.0.1:9/v1/models"),
+    ("task_5_api_server.py", ["--port", "-1"], "'-1' must be greater than 0"),
+])
+def test_bad_server_input_is_one_line(script, args, message):
+    proc = run_script(script, *args)
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]

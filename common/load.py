@@ -7,7 +7,7 @@ import asyncio
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -153,7 +153,3 @@ def user_prompts(num_users: int) -> list[str]:
               "a tokenizer", "attention", "a neural network", "quantization", "an API server"]
     return [f"User {i + 1}: explain what {topics[i % len(topics)]} is."
             for i in range(num_users)]
-
-
-def as_dict(result: RequestResult) -> dict:
-    return asdict(result)

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import requests
 
@@ -65,7 +65,6 @@ class Server:
     pid: int | None = None
     config: ServerConfig | None = None
     log_path: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _state_path(port: int):

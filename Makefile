@@ -5,10 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.lab-setup-done
-# Every task script that exists, in the order of the lesson.
-TASKS := $(sort $(wildcard task_[0-9]_*.py))
+# Every task script that exists, in the order of the lesson; task 8 serves a dashboard until
+# Ctrl-C, so the unattended lab takes its one-snapshot form (`make dashboard` serves the page).
+TASKS := $(filter-out task_8_%,$(sort $(wildcard task_[0-9]_*.py)))
 
-.PHONY: setup lab test model stop bench clean
+.PHONY: setup lab dashboard test model stop bench browser clean
 
 setup: $(STAMP)
 
@@ -34,7 +35,12 @@ model: setup
 lab: setup
 	$(PY) verify_environment.py
 	@set -e; for t in $(TASKS); do $(PY) $$t; done
+	$(PY) task_8_dashboard.py --once
 	@echo "The vLLM server is still running for the next task; stop it with: make stop"
+
+# Task 8's live page on http://127.0.0.1:7860 (Ctrl-C stops it).
+dashboard: setup
+	$(PY) task_8_dashboard.py
 
 # Stops only the vLLM server the lab started (tasks 5-7 leave it running for the next task).
 stop:
@@ -44,7 +50,17 @@ stop:
 bench: setup
 	$(PY) benchmarks/cross_check.py
 
-test: setup
+# Task 8's browser test needs Debian's chromium and its matching chromedriver.
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  echo "Installing chromium and chromium-driver for the dashboard's browser test..."; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; } || { \
+	  echo "ERROR: could not install chromium (Debian/Ubuntu: apt-get install chromium chromium-driver)"; \
+	  exit 1; }; }
+
+test: setup browser
 	$(PY) -m pytest
 
 clean:

@@ -1,20 +1,98 @@
-"""vLLM's Prometheus /metrics, parsed with prometheus_client's own parser."""
+"""vLLM's Prometheus /metrics, parsed with prometheus_client's own parser.
+
+Counters (`vllm:generation_tokens_total`) and histograms (`_sum`, `_count`) only grow while the
+server lives, so a rate or a mean over a window is the difference of two snapshots, as
+Prometheus' own `rate()` takes it: tokens/s = d(tokens) / d(time), mean TTFT = d(sum) / d(count).
+Gauges (running, waiting, KV-cache usage) are read as they are.
+"""
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 
 def parse(text: str) -> dict[str, float]:
-    """Sample name -> value, summed over label sets (one engine: one value each)."""
+    """Sample name -> value, summed over label sets: a server with several engines (data
+    parallel) reports one series per engine, and the server's figure is their sum. (A histogram's
+    _bucket samples, one per `le`, sum to nothing useful; the lab reads only _sum and _count.)"""
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return values
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One read of /metrics: the figures a dashboard watches, at time_s (monotonic clock)."""
+    time_s: float
+    generation_tokens: float   # counter vllm:generation_tokens_total
+    running: int               # gauge vllm:num_requests_running
+    waiting: int               # gauge vllm:num_requests_waiting
+    kv_usage: float            # gauge vllm:kv_cache_usage_perc, a fraction 0..1 despite the name
+    ttft_sum_s: float          # histogram vllm:time_to_first_token_seconds, _sum and _count
+    ttft_count: float
+    e2e_sum_s: float           # histogram vllm:e2e_request_latency_seconds, _sum and _count
+    e2e_count: float
+    preemptions: float         # counter vllm:num_preemptions_total
+
+    @property
+    def mean_ttft_s(self) -> float | None:
+        """Mean time to first token over the server's whole life (None before any request)."""
+        return self.ttft_sum_s / self.ttft_count if self.ttft_count else None
+
+    @property
+    def mean_e2e_s(self) -> float | None:
+        return self.e2e_sum_s / self.e2e_count if self.e2e_count else None
+
+
+def snapshot(text: str, time_s: float) -> Snapshot:
+    """The watched figures out of one /metrics text."""
+    v = parse(text)
+    return Snapshot(time_s=time_s,
+                    generation_tokens=v.get("vllm:generation_tokens_total", 0.0),
+                    running=int(v.get("vllm:num_requests_running", 0)),
+                    waiting=int(v.get("vllm:num_requests_waiting", 0)),
+                    kv_usage=v.get("vllm:kv_cache_usage_perc", 0.0),
+                    ttft_sum_s=v.get("vllm:time_to_first_token_seconds_sum", 0.0),
+                    ttft_count=v.get("vllm:time_to_first_token_seconds_count", 0.0),
+                    e2e_sum_s=v.get("vllm:e2e_request_latency_seconds_sum", 0.0),
+                    e2e_count=v.get("vllm:e2e_request_latency_seconds_count", 0.0),
+                    preemptions=v.get("vllm:num_preemptions_total", 0.0))
+
+
+@dataclass(frozen=True)
+class Window:
+    """What happened between two snapshots."""
+    seconds: float
+    generation_tokens: float
+    tokens_per_s: float
+    num_first_tokens: int           # requests that got their first token in the window
+    mean_ttft_s: float | None       # None: no request got its first token in the window
+    num_finished: int               # requests that finished in the window
+    mean_e2e_s: float | None        # None: no request finished in the window
+
+
+def window(old: Snapshot, new: Snapshot) -> Window | None:
+    """Rates and means between two snapshots; None when a counter went backwards (the server
+    restarted in between, so the difference means nothing) or no time passed."""
+    seconds = new.time_s - old.time_s
+    counters = [(old.generation_tokens, new.generation_tokens), (old.ttft_count, new.ttft_count),
+                (old.e2e_count, new.e2e_count)]
+    if seconds <= 0 or any(b < a for a, b in counters):
+        return None
+    tokens = new.generation_tokens - old.generation_tokens
+    num_first = int(new.ttft_count - old.ttft_count)
+    num_finished = int(new.e2e_count - old.e2e_count)
+    return Window(seconds=seconds, generation_tokens=tokens, tokens_per_s=tokens / seconds,
+                  num_first_tokens=num_first,
+                  mean_ttft_s=(new.ttft_sum_s - old.ttft_sum_s) / num_first if num_first else None,
+                  num_finished=num_finished,
+                  mean_e2e_s=(new.e2e_sum_s - old.e2e_sum_s) / num_finished if num_finished else None)
 
 
 def info_labels(text: str, name: str) -> dict[str, str]:

@@ -151,6 +151,15 @@ def running_config(port: int) -> ServerConfig | None:
     return None
 
 
+def running_server(port: int) -> Server | None:
+    """The lab server running and healthy on this port, whatever its settings, or None."""
+    config = running_config(port)
+    if config is None or not healthy(base_url_of(config)):
+        return None
+    return Server(base_url_of(config), config.model_name, "reused", None,
+                  _read_state(port)["pid"], config, str(log_path(config.port)))
+
+
 def _log_tail(port: int) -> str:
     try:
         lines = log_path(port).read_text(errors="replace").splitlines()
@@ -204,10 +213,10 @@ def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S) ->
     state = "started"
     current = running_config(config.port)
     if current is not None:
-        if current == config and healthy(base_url):
-            pid = _read_state(config.port)["pid"]
-            return Server(base_url, config.model_name, "reused", None, pid, config,
-                          str(log_path(config.port)))
+        if current == config:
+            reused = running_server(config.port)
+            if reused is not None:
+                return reused
         print(f"  Stopping the lab server on :{config.port} (its settings differ)...", flush=True)
         stop_server(config.port)
         state = "restarted"

@@ -1,0 +1,267 @@
+"""Task 8: Live Monitoring Dashboard.
+
+Watches the lab's vLLM server (reused when one runs, else started; or --base-url) through its
+Prometheus endpoint /metrics, the one production scrapes, and serves a Gradio page on :7860 that
+refreshes every second: generation tokens/s, requests running and waiting, KV-cache usage, mean
+time to first token and end-to-end latency, with plots of the last minutes. A button on the page
+sends N concurrent requests, so you can watch the KV cache fill and the batch grow and drain.
+When the server goes down the page says so and picks up again when it is back.
+
+    python task_8_dashboard.py                  # dashboard on http://127.0.0.1:7860, Ctrl-C stops
+    python task_8_dashboard.py --host 0.0.0.0   # on a remote lab VM: reachable from your browser
+    python task_8_dashboard.py --once           # one boxed metrics snapshot, then exit
+
+It prints a boxed header first (server, engine, a first metrics snapshot, the dashboard URL).
+A server it started itself it stops again on exit (--keep-server leaves it running); a server
+it found running it leaves running.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import requests
+
+from common import cli, metrics, monitor, report, results, server, settings
+
+SCRIPT = "task_8_dashboard"
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_model_args(parser)
+    group = parser.add_argument_group("dashboard")
+    group.add_argument("--port", dest="dashboard_port", type=cli.positive_int,
+                       default=settings.DASHBOARD_PORT,
+                       help=f"port of the dashboard (default {settings.DASHBOARD_PORT})")
+    group.add_argument("--host", dest="dashboard_host", default="127.0.0.1",
+                       help="address the dashboard listens on (default 127.0.0.1, this machine "
+                            "only; 0.0.0.0 to open it from another machine, e.g. a remote lab VM)")
+    group.add_argument("--interval", type=float, default=monitor.POLL_INTERVAL_S,
+                       help=f"seconds between reads of /metrics (default {monitor.POLL_INTERVAL_S:g})")
+    group.add_argument("--once", action="store_true",
+                       help="print one metrics snapshot as a boxed report and exit")
+    group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
+                       help=f"new tokens per request sent from the page (default "
+                            f"{settings.MAX_NEW_TOKENS})")
+    group = parser.add_argument_group("vLLM server")
+    group.add_argument("--base-url", default=None,
+                       help="watch this vLLM server (e.g. on a GPU box); the lab then never starts "
+                            "or stops one")
+    group.add_argument("--server-port", dest="port", type=cli.positive_int,
+                       default=settings.SERVER_PORT,
+                       help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
+    group.add_argument("--keep-server", action="store_true",
+                       help="leave a server this run started running on exit")
+    parser.set_defaults(host="127.0.0.1")   # the lab's vLLM server itself stays on this machine
+    args = parser.parse_args(argv)
+    if not 0.2 <= args.interval <= 10:
+        parser.error("--interval must be between 0.2 and 10 seconds")
+    return args
+
+
+def watched_server(args):
+    """(server, model, dtype): --base-url; else the lab server already running on --server-port,
+    whatever its settings (a dashboard watches, it does not restart); else a new one."""
+    if not args.base_url:
+        running = server.running_server(args.port)
+        if running is not None:
+            return running, None, None
+    return cli.lab_server(args)
+
+
+def print_header(srv, model, dtype, text: str) -> metrics.Snapshot:
+    """What is watched, and a first snapshot; returns that snapshot."""
+    report.title("Task 8: Live Monitoring Dashboard")
+    if model:
+        report.run_info(model, dtype, settings.num_cores(), Engine=srv.config.describe())
+    else:   # a server found running: what it was started with
+        report.row("Model", srv.model_name)
+        if srv.config:
+            report.row("  path", srv.config.model_path)
+            report.row("dtype", srv.config.dtype)
+            report.row("Threads (cores used)", settings.num_cores())
+            report.row("Engine", srv.config.describe())
+    state = {"external": "external (--base-url): not started or stopped here",
+             "reused": f"already running (PID {srv.pid}): left running on exit"}
+    report.row("Server", f"{srv.base_url}, " + state.get(srv.state, f"{srv.state} (PID {srv.pid})"))
+    cache = metrics.info_labels(text, "vllm:cache_config_info")
+    if cache:
+        report.row("KV cache (from /metrics)",
+                   f"{int(cache['kv_cache_size_tokens']):,} tokens = {cache['num_gpu_blocks']} "
+                   f"blocks x {cache['block_size']}; max concurrency "
+                   f"{float(cache['kv_cache_max_concurrency']):.2f}x")
+    snap = metrics.snapshot(text, time.monotonic())
+    report.section(f"METRICS SNAPSHOT: {srv.base_url}/metrics")
+    report.row("Generation tokens since start", f"{snap.generation_tokens:,.0f}")
+    report.row("Requests finished since start", f"{snap.e2e_count:,.0f}")
+    report.row("Requests running / waiting", f"{snap.running} / {snap.waiting}")
+    report.row("KV-cache usage (%)", f"{100 * snap.kv_usage:.1f}")
+    report.row("Mean TTFT since start (s)", _seconds(snap.mean_ttft_s))
+    report.row("Mean e2e latency since start (s)", _seconds(snap.mean_e2e_s))
+    report.row("Preemptions since start", f"{snap.preemptions:,.0f}")
+    return snap
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
+    """--once: a second read after one interval gives the rates of right now."""
+    time.sleep(args.interval)
+    second = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
+    now = metrics.window(first, second)
+    report.section(f"LAST {now.seconds:.1f} s" if now else "LAST INTERVAL")
+    if now is None:
+        report.note("The server restarted between the two reads; run again.")
+    else:
+        report.row("Generation tokens/s", f"{now.tokens_per_s:.1f}")
+        report.row("Requests running / waiting", f"{second.running} / {second.waiting}")
+        report.row("KV-cache usage (%)", f"{100 * second.kv_usage:.1f}")
+    return {"snapshot": vars(second) | {"mean_ttft_s": second.mean_ttft_s,
+                                         "mean_e2e_s": second.mean_e2e_s},
+            "last_interval": vars(now) if now else None}
+
+
+def insight() -> None:
+    report.insight([
+        "Production watches these same /metrics: Prometheus scrapes them, Grafana plots them",
+        "Tokens/s and running requests rise together: one engine step serves the whole batch",
+        "KV-cache usage near 100% makes requests wait: more KV memory or a smaller "
+        "max_model_len admits more at once",
+    ])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if not args.once and server.port_in_use(args.dashboard_host, args.dashboard_port):
+        cli.fail(f"port {args.dashboard_port} is in use (another dashboard?); stop it or choose "
+                 f"another --port", code=1)
+    srv, model, dtype = watched_server(args)
+    owned = srv.state in ("started", "restarted") and not args.keep_server
+    try:
+        try:
+            text = metrics.fetch(srv.base_url)
+        except (requests.RequestException, ValueError) as e:
+            cli.fail(f"{srv.base_url}/metrics cannot be read ({type(e).__name__}); is it a vLLM "
+                     f"server?", code=1)
+        first = print_header(srv, model, dtype, text)
+        data = {"model": srv.model_name, "model_source": model.source if model else None,
+                "dtype": dtype.dtype if dtype else (srv.config.dtype if srv.config else None),
+                "threads": settings.num_cores(), "base_url": srv.base_url,
+                "server_state": srv.state,
+                "engine": srv.config.describe() if srv.config else None,
+                "cache_config": metrics.info_labels(text, "vllm:cache_config_info")}
+        if args.once:
+            data |= snapshot_once(args, srv, first)
+            insight()
+            print(f"Saved: {results.save(SCRIPT, data)}")
+            return data
+        serve_dashboard(args, srv)
+        return data
+    finally:
+        if owned:
+            server.stop_server(args.port)
+            print(f"Stopped the vLLM server this run started on :{args.port}.")
+
+
+def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float):
+    """The page: thin Gradio wiring over the Monitor, which does the work."""
+    import gradio as gr
+    import pandas as pd
+
+    def figures() -> str:
+        p = watcher.latest()
+        if p is None:
+            return "No metrics read yet."
+        rows = [("Generation tokens/s (last interval)", _rate(p.tokens_per_s)),
+                ("Requests running", p.running), ("Requests waiting", p.waiting),
+                ("KV-cache usage (%)", f"{p.kv_usage_pct:.1f}"),
+                (f"Mean TTFT, last {watcher.latency_window_s:g} s (s)", _seconds(p.mean_ttft_s)),
+                (f"Mean e2e latency, last {watcher.latency_window_s:g} s (s)",
+                 _seconds(p.mean_e2e_s))]
+        return "| Metric | Now |\n|---|---:|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+    def series(**columns: str) -> pd.DataFrame:
+        """Long format for one plot: t (s), value, series; a point with no value is left out."""
+        rows = [(p.t_s, getattr(p, attr), name) for p in watcher.history()
+                for name, attr in columns.items() if getattr(p, attr) is not None]
+        return pd.DataFrame(rows, columns=["t (s)", "value", "series"])
+
+    def refresh():
+        return (watcher.status(), figures(), watcher.load_status(),
+                series(**{"tokens/s": "tokens_per_s"}),
+                series(running="running", waiting="waiting"),
+                series(**{"KV-cache %": "kv_usage_pct"}),
+                series(TTFT="mean_ttft_s", e2e="mean_e2e_s"))
+
+    def plot(title: str, y_title: str) -> gr.LinePlot:
+        return gr.LinePlot(x="t (s)", y="value", color="series", title=title, y_title=y_title,
+                           x_title="seconds since the dashboard started", height=260)
+
+    with gr.Blocks(title="vLLM lab: live dashboard") as demo:
+        gr.Markdown(f"# vLLM live dashboard\nWatching `{watcher.base_url}/metrics` "
+                    f"(model {watcher.model_name}), read every {refresh_s:g} s.")
+        status = gr.Markdown(watcher.status(), elem_id="status")
+        table = gr.Markdown(figures(), elem_id="figures")
+        with gr.Row():
+            num_requests = gr.Slider(1, 100, value=20, step=1, label="Concurrent requests",
+                                     elem_id="num-requests")
+            send = gr.Button(f"Send concurrent requests ({max_tokens} tokens each)",
+                             variant="primary", elem_id="send-load")
+        load_status = gr.Markdown(watcher.load_status(), elem_id="load-status")
+        with gr.Row():
+            tokens_plot = plot("Generation throughput", "tokens/s")
+            requests_plot = plot("Requests", "requests")
+        with gr.Row():
+            kv_plot = plot("KV-cache usage", "%")
+            latency_plot = plot(f"Mean latency, last {watcher.latency_window_s:g} s", "s")
+        gr.Markdown("Production scrapes the same `/metrics` with Prometheus and plots it in "
+                    "Grafana; the names are `vllm:generation_tokens_total`, "
+                    "`vllm:num_requests_running`, `vllm:num_requests_waiting`, "
+                    "`vllm:kv_cache_usage_perc`, `vllm:time_to_first_token_seconds`, "
+                    "`vllm:e2e_request_latency_seconds`.")
+        send.click(lambda n: watcher.send_load(int(n), max_tokens), inputs=num_requests,
+                   outputs=load_status)
+        gr.Timer(refresh_s).tick(refresh, outputs=[status, table, load_status, tokens_plot,
+                                                   requests_plot, kv_plot, latency_plot])
+    return demo
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def serve_dashboard(args, srv) -> None:
+    """Serve the page until Ctrl-C (or SIGTERM)."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # no calls home: offline lab
+    url = f"http://{'127.0.0.1' if args.dashboard_host == '0.0.0.0' else args.dashboard_host}:" \
+          f"{args.dashboard_port}"
+    report.section("DASHBOARD")
+    report.row("Dashboard URL", url)
+    report.row("Refresh", f"every {args.interval:g} s; latency means over the last "
+                          f"{monitor.LATENCY_WINDOW_S:g} s")
+    report.row("Load button", f"N concurrent requests of {args.max_tokens} tokens each")
+    insight()
+
+    watcher = monitor.Monitor(srv.base_url, srv.model_name, interval_s=args.interval).start()
+    demo = build_ui(watcher, args.max_tokens, refresh_s=args.interval)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        demo.launch(server_name=args.dashboard_host, server_port=args.dashboard_port,
+                    prevent_thread_lock=True, quiet=True, show_error=True)
+        print(f"Serving the dashboard on {url}; press Ctrl-C to stop.", flush=True)
+        while True:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nStopping the dashboard.", flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        demo.close()
+        watcher.stop()
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,255 @@
+"""Task 8: the metrics parsing on /metrics texts captured from the real lab server (idle, with 12
+requests running, after they finished), the Monitor against a real HTTP endpoint that goes down
+and comes back, `--once`, and the page itself in a real headless Chromium against a real vLLM
+server on the tiny model: load sent from the page, figures rising, the server down and back."""
+from __future__ import annotations
+
+import http.server
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from common import metrics, monitor, server
+from tests.conftest import REPO, run_script, saved_result
+from tests.test_server_tasks import free_port, processes_on_port
+
+DATA = Path(__file__).parent / "data"
+BEFORE, BUSY, AFTER = ((DATA / f"metrics_{n}.txt").read_text() for n in ("before", "busy", "after"))
+
+
+# --- parsing: exact values from the captured texts -------------------------------------------
+def test_snapshot_reads_the_watched_figures():
+    busy = metrics.snapshot(BUSY, time_s=1.5)
+    assert busy == metrics.Snapshot(time_s=1.5, generation_tokens=365.0, running=12, waiting=0,
+                                    kv_usage=0.2727272727272727, ttft_sum_s=2.0723021030426025,
+                                    ttft_count=14.0, e2e_sum_s=4.464751720428467, e2e_count=2.0,
+                                    preemptions=0.0)
+    assert busy.mean_e2e_s == 4.464751720428467 / 2
+
+
+def test_window_is_the_difference_of_two_snapshots():
+    before, busy, after = (metrics.snapshot(t, s) for t, s in ((BEFORE, 0.0), (BUSY, 1.5),
+                                                                (AFTER, 3.2)))
+    w = metrics.window(before, busy)
+    assert (w.generation_tokens, w.tokens_per_s) == (265.0, 265.0 / 1.5)
+    assert (w.num_first_tokens, w.num_finished, w.mean_e2e_s) == (12, 0, None)
+    assert w.mean_ttft_s == (2.0723021030426025 - 0.1169729232788086) / 12
+    w = metrics.window(before, after)
+    assert (w.generation_tokens, w.num_finished) == (600.0, 12)   # 12 requests x 50 tokens
+    assert w.mean_e2e_s == (42.69904637336731 - 4.464751720428467) / 12
+
+
+def test_a_restart_between_snapshots_gives_no_window():
+    assert metrics.window(metrics.snapshot(AFTER, 0.0), metrics.snapshot(BEFORE, 1.0)) is None
+    assert metrics.window(metrics.snapshot(BEFORE, 1.0), metrics.snapshot(BEFORE, 1.0)) is None
+
+
+def test_cache_config_labels_are_the_engines():
+    cache = metrics.info_labels(AFTER, "vllm:cache_config_info")
+    assert (cache["kv_cache_size_tokens"], cache["num_gpu_blocks"], cache["block_size"],
+            cache["kv_cache_max_concurrency"]) == ("5760", "45", "128", "45.0")
+
+
+def test_histogram_buckets_are_not_taken_for_sums():
+    # _sum and _count are single samples; the buckets (one per `le`) stay out of the figures
+    values = metrics.parse(AFTER)
+    assert values["vllm:e2e_request_latency_seconds_count"] == 14.0
+    assert metrics.snapshot(AFTER, 0).e2e_count == 14.0
+
+
+# --- the Monitor against a real HTTP endpoint that serves the captured texts ----------------
+class MetricsEndpoint:
+    """A real HTTP server on loopback whose /metrics serves whatever text it is given."""
+
+    def __init__(self, port: int):
+        self.text = BEFORE
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = endpoint.text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_monitor_follows_the_server_down_and_back():
+    port = free_port()
+    endpoint = MetricsEndpoint(port)
+    watcher = monitor.Monitor(f"http://127.0.0.1:{port}", "m", latency_window_s=100)
+    try:
+        watcher.poll()
+        assert watcher.latest().tokens_per_s is None and "Server UP" in watcher.status()
+        endpoint.text = BUSY
+        watcher.poll()
+        p = watcher.latest()
+        assert (p.running, p.kv_usage_pct) == (12, 100 * 0.2727272727272727)
+        assert p.tokens_per_s > 0 and p.mean_ttft_s == (2.0723021030426025 - 0.1169729232788086) / 12
+        endpoint.close()
+        watcher.poll()
+        assert watcher.status().startswith(f"Server DOWN: http://127.0.0.1:{port}/metrics is not "
+                                           f"answering (ConnectionError)")
+        assert watcher.latest() == p                      # the history stays on the page
+        endpoint = MetricsEndpoint(port)                   # back, restarted: counters from 0
+        watcher.poll()
+        assert "Server UP" in watcher.status() and "1 server restart" in watcher.status()
+        assert watcher.latest().tokens_per_s is None       # nothing to compare with yet
+        assert len(watcher.history()) == 3
+    finally:
+        endpoint.close()
+
+
+# --- against a real vLLM server ---------------------------------------------------------------
+@pytest.mark.engine
+def test_once_prints_and_saves_a_snapshot(tiny_model):
+    port = free_port()
+    config = server.ServerConfig(tiny_model, "tiny", "float32", port=port)
+    try:
+        server.ensure_server(config)
+        from common import load
+        level = load.run_level(f"http://127.0.0.1:{port}", "tiny", load.user_prompts(3), 7)
+        assert level.total_tokens == 21
+        proc = run_script("task_8_dashboard.py", "--once", "--server-port", str(port))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        r = saved_result("task_8_dashboard")
+        assert r["server_state"] == "reused" and r["dtype"] == "float32"
+        assert r["snapshot"]["generation_tokens"] == 21 and r["snapshot"]["e2e_count"] == 3
+        assert r["snapshot"]["running"] == 0 and r["last_interval"]["tokens_per_s"] == 0
+        assert r["cache_config"]["block_size"] == "128"
+        assert re.search(r"Generation tokens since start: +21\n", proc.stdout)
+        assert "already running" in proc.stdout and "left running on exit" in proc.stdout
+    finally:
+        server.stop_server(port)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--interval", "0"], "--interval must be between 0.2 and 10 seconds"),
+    (["--once", "--base-url", "http://127.0.0.1:9"], "no OpenAI-compatible server answers"),
+])
+def test_bad_dashboard_input_is_one_line(args, message):
+    proc = run_script("task_8_dashboard.py", *args)
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+
+
+def test_busy_dashboard_port_is_refused():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        proc = run_script("task_8_dashboard.py", "--port", str(busy))
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        f"ERROR: port {busy} is in use (another dashboard?); stop it or choose another --port")
+
+
+# --- the page in a real browser ---------------------------------------------------------------
+def chromium():
+    """Headless Debian chromium through its own chromedriver (`make test` installs both)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    for path in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+        assert Path(path).exists(), f"{path} is missing: run `make browser` (apt-get install " \
+                                    f"chromium chromium-driver)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    profile = tempfile.mkdtemp(prefix="lab-chromium-")
+    # no background networking: this machine has no network, and the page needs none
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+                 "--window-size=1400,1300"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    return driver, profile
+
+
+def wait_for(driver, elem_id: str, pattern: str, timeout_s: float = 60) -> re.Match:
+    """Wait until the element's text matches; fail with what the page showed last."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    deadline, text = time.monotonic() + timeout_s, ""
+    while time.monotonic() < deadline:
+        try:
+            text = driver.find_element(By.ID, elem_id).text
+        except WebDriverException:
+            pass
+        match = re.search(pattern, text)
+        if match:
+            return match
+        time.sleep(0.25)
+    raise AssertionError(f"#{elem_id} never matched {pattern!r}; it showed: {text!r}")
+
+
+@pytest.mark.engine
+def test_dashboard_in_a_real_browser(tiny_model):
+    from selenium.webdriver.common.by import By
+
+    port, dashboard_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "task_8_dashboard.py", "--model", tiny_model,
+                             "--dtype", "float32", "--server-port", str(port), "--port",
+                             str(dashboard_port), "--max-tokens", "100"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True).start()
+    driver, profile = None, None
+    try:
+        deadline = time.monotonic() + 240
+        while not any("Serving the dashboard" in line for line in out):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(out)[-3000:]
+            time.sleep(0.5)
+        assert server.running_config(port) is not None        # it started the lab server
+        driver, profile = chromium()
+        driver.get(f"http://127.0.0.1:{dashboard_port}/")
+        wait_for(driver, "status", r"Server UP: http://127\.0\.0\.1:\d+")
+        wait_for(driver, "figures", r"Requests running\s+0")
+
+        driver.find_element(By.ID, "send-load").click()          # 20 requests (the default)
+        wait_for(driver, "load-status", r"Sending 20 concurrent requests|Last load")
+        rate = wait_for(driver, "figures", r"Generation tokens/s \(last interval\)\s+([1-9][\d.]*)")
+        assert float(rate.group(1)) > 0
+        wait_for(driver, "load-status", r"Last load: 20/20 requests ok in [\d.]+ s, 2,000 tokens")
+        wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+\d+\.\d{3}")
+        shot = REPO / "results" / "task_8_dashboard_browser_test.png"
+        shot.parent.mkdir(exist_ok=True)
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 20_000
+
+        config = server.running_config(port)                    # the server goes down...
+        server.stop_server(port)
+        wait_for(driver, "status", r"Server DOWN: .* is not answering", timeout_s=30)
+        assert proc.poll() is None                               # ...the dashboard stays up
+        server.ensure_server(config)                             # ...and comes back
+        wait_for(driver, "status", r"Server UP: .*saw 1 server restart", timeout_s=30)
+    finally:
+        if driver:
+            driver.quit()
+            shutil.rmtree(profile, ignore_errors=True)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, "".join(out)[-3000:]
+    assert f"Stopped the vLLM server this run started on :{port}." in "".join(out)
+    assert processes_on_port(port) == [] and processes_on_port(dashboard_port) == []

@@ -5,11 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.lab-setup-done
-# Every task script that exists, in the order of the lesson; task 8 serves a dashboard until
-# Ctrl-C, so the unattended lab takes its one-snapshot form (`make dashboard` serves the page).
-TASKS := $(filter-out task_8_%,$(sort $(wildcard task_[0-9]_*.py)))
 
-.PHONY: setup lab dashboard test model stop bench browser clean
+.PHONY: setup lab summary dashboard test model stop bench browser clean
 
 setup: $(STAMP)
 
@@ -32,11 +29,14 @@ $(STAMP): requirements.txt requirements-model.txt
 model: setup
 	$(PY) -m common.model
 
+# verify_environment.py, tasks 1-7, task 8 --once, then the summary; times and peak memory
+# of every step go to results/lab_run.json.
 lab: setup
-	$(PY) verify_environment.py
-	@set -e; for t in $(TASKS); do $(PY) $$t; done
-	$(PY) task_8_dashboard.py --once
-	@echo "The vLLM server is still running for the next task; stop it with: make stop"
+	$(PY) lab.py
+
+# The section-10 table from results/*.json, the roofline, the last `make lab`'s time and memory.
+summary: setup
+	$(PY) summary.py
 
 # Task 8's live page on http://127.0.0.1:7860 (Ctrl-C stops it).
 dashboard: setup

@@ -18,7 +18,6 @@ it found running it leaves running.
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import requests
@@ -120,8 +119,9 @@ def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
         report.row("Generation tokens/s", f"{now.tokens_per_s:.1f}")
         report.row("Requests running / waiting", f"{second.running} / {second.waiting}")
         report.row("KV-cache usage (%)", f"{100 * second.kv_usage:.1f}")
-    return {"snapshot": vars(second) | {"mean_ttft_s": second.mean_ttft_s,
-                                         "mean_e2e_s": second.mean_e2e_s},
+    snapshot = {k: v for k, v in vars(second).items() if k != "time_s"}   # a monotonic clock
+    return {"snapshot": snapshot | {"mean_ttft_s": second.mean_ttft_s,
+                                    "mean_e2e_s": second.mean_e2e_s},
             "last_interval": vars(now) if now else None}
 
 
@@ -235,7 +235,7 @@ def _rate(value: float | None) -> str:
 
 
 def serve_dashboard(args, srv) -> None:
-    """Serve the page until Ctrl-C (or SIGTERM)."""
+    """Serve the page until Ctrl-C (or SIGTERM: cli.run takes it as Ctrl-C)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # no calls home: offline lab
     url = f"http://{'127.0.0.1' if args.dashboard_host == '0.0.0.0' else args.dashboard_host}:" \
           f"{args.dashboard_port}"
@@ -248,7 +248,6 @@ def serve_dashboard(args, srv) -> None:
 
     watcher = monitor.Monitor(srv.base_url, srv.model_name, interval_s=args.interval).start()
     demo = build_ui(watcher, args.max_tokens, refresh_s=args.interval)
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         demo.launch(server_name=args.dashboard_host, server_port=args.dashboard_port,
                     prevent_thread_lock=True, quiet=True, show_error=True)
@@ -258,7 +257,6 @@ def serve_dashboard(args, srv) -> None:
     except KeyboardInterrupt:
         print("\nStopping the dashboard.", flush=True)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         demo.close()
         watcher.stop()
 

@@ -112,9 +112,14 @@ def lab_server(args: argparse.Namespace, max_num_seqs: int = 256,
 
 
 def run(main) -> None:
-    """Run a script's main(): a server failure or Ctrl-C ends in one clear line, not a traceback."""
+    """Run a script's main(): a server failure or Ctrl-C ends in one clear line, not a traceback.
+    SIGTERM (a test harness, `kill`) is taken as Ctrl-C, so a server this run started is stopped
+    on the way out either way."""
+    import signal
+
     from common.server import ServerError
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         main(sys.argv[1:])
     except ServerError as e:

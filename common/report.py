@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Sequence
 
 WIDTH = 65
@@ -42,6 +43,12 @@ def row(label: str, value: object, indent: int = 0) -> None:
 
 def note(text: str, indent: int = 0) -> None:
     print(" " * indent + text)
+
+
+def paragraph(text: str, indent: int = 0) -> None:
+    """Prose wrapped to the report's width."""
+    pad = " " * indent
+    print(textwrap.fill(text, WIDTH, initial_indent=pad, subsequent_indent=pad))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]],

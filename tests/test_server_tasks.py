@@ -1,7 +1,7 @@
 """Tasks 5-7 against a real vLLM server on the tiny model, on a free port (never :8000):
 start, reuse, restart on changed settings, a busy port, stop, Ctrl-C while starting; both
-clients of task 5; task 6's counts and failures; task 7's config switching. Then once on the
-real packaged model."""
+clients of task 5; task 6's counts and failures; task 7's config switching. (The real packaged
+model runs them in tests/test_lab.py, the whole lab end to end.)"""
 from __future__ import annotations
 
 import os
@@ -159,36 +159,6 @@ def test_stop_stops_only_the_lab_server(port):
                          cwd=REPO, capture_output=True, text=True, timeout=60).stdout
     assert out.strip() == f"Stopped the lab's vLLM server on :{port}."
     assert processes_on_port(port) == []
-
-
-@pytest.mark.real_model
-def test_tasks_5_to_8_on_the_real_model(real_model):
-    p = free_port()
-    try:
-        for script, args in (("task_5_api_server.py", ["--port", str(p)]),
-                             ("task_6_multi_user_load.py", ["--port", str(p), "--no-sequential"]),
-                             ("task_7_tuning.py", ["--port", str(p)]),
-                             ("task_8_dashboard.py", ["--server-port", str(p), "--once"])):
-            proc = run_script(script, *args)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-        t5, t6, t7, t8 = (saved_result(s) for s in ("task_5_api_server", "task_6_multi_user_load",
-                                                    "task_7_tuning", "task_8_dashboard"))
-        assert t5["raw_http"]["completion_tokens"] == t5["openai_client"]["completion_tokens"] == 50
-        assert [lv["total_tokens"] for lv in t6["levels"]] == [50, 250, 500, 1000]
-        assert all(lv["failed"] == 0 for lv in t6["levels"])
-        assert t6["server_state"] == "reused"
-        expected = {"bfloat16": 45.0, "float32": 22.0}[t7["dtype"]]
-        assert [c["kv_max_concurrency"] for c in t7["configs"]] == [expected] * 3
-        assert t7["configs"][2]["peak_running"] <= 8
-        assert all(c["succeeded"] == 10 for c in t7["configs"])
-        # task 8 watches the server task 7 left (config C): every request made exactly 50 tokens
-        assert t8["server_state"] == "reused" and "max_num_seqs=8" in t8["engine"]
-        assert t8["snapshot"]["e2e_count"] >= 10
-        assert t8["snapshot"]["generation_tokens"] == 50 * t8["snapshot"]["e2e_count"]
-        assert float(t8["cache_config"]["kv_cache_max_concurrency"]) == expected
-    finally:
-        server.stop_server(p)
-    assert processes_on_port(p) == []
 
 
 @pytest.mark.parametrize("script, args, message", [

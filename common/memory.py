@@ -1,0 +1,107 @@
+"""Peak memory of a lab step, every process it runs included: the script, its children, and the
+lab's vLLM server (API server + engine core), also when an earlier task started it.
+
+Memory is PSS (proportional set size, /proc/<pid>/smaps_rollup): a page shared by two processes
+(torch's libraries in the API server and the engine core) counts half in each, so the sum over
+the processes is what they take together, which is what a 4 GB VM has to hold. RSS would count
+shared pages twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from common import settings
+
+SAMPLE_INTERVAL_S = 0.25
+
+
+def pss_bytes(pid: int) -> int:
+    """PSS of one process (0 when it is gone or not readable); VmRSS where smaps_rollup is absent."""
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def _stat(pid: str) -> tuple[int, int] | None:
+    """(parent pid, process group) of a process, from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def lab_server_group(port: int) -> int | None:
+    """Process group of the lab server on this port, from <cache>/server-<port>.json (its
+    leader's pid: the server is started in a session of its own); None when there is none."""
+    try:
+        return int(json.loads((settings.cache_dir() / f"server-{port}.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def step_pids(root: int, groups: set[int]) -> set[int]:
+    """root and its descendants, plus every process in one of the given process groups."""
+    parents: dict[int, list[int]] = {}
+    pids = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _stat(name)
+        if stat is None:
+            continue
+        parents.setdefault(stat[0], []).append(int(name))
+        if stat[1] in groups:
+            pids.add(int(name))
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        pids.add(pid)
+        todo.extend(parents.get(pid, []))
+    return pids
+
+
+class PeakMemory:
+    """Samples the memory of a step (its process tree + the lab server on server_port, which an
+    earlier step may have started) in the background."""
+
+    def __init__(self, root_pid: int, server_port: int | None = None,
+                 interval_s: float = SAMPLE_INTERVAL_S):
+        self.root_pid = root_pid
+        self.server_port = server_port
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self.peak_processes = 0
+        self.num_samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> int:
+        group = lab_server_group(self.server_port) if self.server_port else None
+        sizes = [pss_bytes(pid) for pid in step_pids(self.root_pid, {group} - {None})]
+        total = sum(sizes)
+        self.num_samples += 1
+        if total > self.peak_bytes:
+            self.peak_bytes, self.peak_processes = total, sum(1 for size in sizes if size)
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> dict:
         data["roofline"] = roofline(res, cost, rl.measure_machine(settings.num_cores()), context)
         print_roofline(data["roofline"])
     elif not args.no_roofline:
-        report.note("\nRoofline: run tasks 1-2 first (it needs the model they ran).")
+        report.note("\nRoofline: needs task 1 or 2's saved result and the config.json of the "
+                    "model it ran (a local folder); run them first.")
     if "lab_run" in res:
         print_lab_run(res["lab_run"])
         data["lab_run"] = res["lab_run"]

@@ -15,7 +15,6 @@ import importlib.metadata
 import importlib.util
 import sys
 import time
-from pathlib import Path
 
 from common import cli, report, results, settings
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from common import settings
+from common.poller import Poller
 
 SAMPLE_INTERVAL_S = 0.25
 
@@ -69,39 +69,23 @@ def step_pids(root: int, groups: set[int]) -> set[int]:
     return pids
 
 
-class PeakMemory:
+class PeakMemory(Poller):
     """Samples the memory of a step (its process tree + the lab server on server_port, which an
     earlier step may have started) in the background."""
 
     def __init__(self, root_pid: int, server_port: int | None = None,
                  interval_s: float = SAMPLE_INTERVAL_S):
+        super().__init__(interval_s)
         self.root_pid = root_pid
         self.server_port = server_port
-        self.interval_s = interval_s
         self.peak_bytes = 0
         self.peak_processes = 0
         self.num_samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def sample(self) -> int:
+    def poll(self) -> None:
         group = lab_server_group(self.server_port) if self.server_port else None
         sizes = [pss_bytes(pid) for pid in step_pids(self.root_pid, {group} - {None})]
         total = sum(sizes)
         self.num_samples += 1
         if total > self.peak_bytes:
             self.peak_bytes, self.peak_processes = total, sum(1 for size in sizes if size)
-        return total
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> "PeakMemory":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()

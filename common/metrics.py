@@ -7,12 +7,12 @@ Gauges (running, waiting, KV-cache usage) are read as they are.
 """
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from common.poller import Poller
 
 
 def parse(text: str) -> dict[str, float]:
@@ -110,34 +110,21 @@ def fetch(base_url: str, timeout: float = 5) -> str:
     return resp.text
 
 
-class Sampler:
+class Sampler(Poller):
     """Samples running/waiting requests from /metrics in the background during a load run."""
 
     def __init__(self, base_url: str, interval_s: float = 0.2):
+        super().__init__(interval_s)
         self.base_url = base_url
-        self.interval_s = interval_s
         self.max_running = 0
         self.max_waiting = 0
         self.num_samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                values = parse(fetch(self.base_url, timeout=2))
-            except (requests.RequestException, ValueError):
-                values = None
-            if values is not None:
-                self.num_samples += 1
-                self.max_running = max(self.max_running, int(values.get("vllm:num_requests_running", 0)))
-                self.max_waiting = max(self.max_waiting, int(values.get("vllm:num_requests_waiting", 0)))
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> "Sampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+    def poll(self) -> None:
+        try:
+            values = parse(fetch(self.base_url, timeout=2))
+        except (requests.RequestException, ValueError):
+            return
+        self.num_samples += 1
+        self.max_running = max(self.max_running, int(values.get("vllm:num_requests_running", 0)))
+        self.max_waiting = max(self.max_waiting, int(values.get("vllm:num_requests_waiting", 0)))

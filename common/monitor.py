@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import requests
 
 from common import load, metrics
+from common.poller import Poller
 
 POLL_INTERVAL_S = 1.0      # one read of /metrics per second: the page refreshes as often
 LATENCY_WINDOW_S = 10.0    # mean TTFT / latency over requests of the last 10 s
@@ -53,14 +54,14 @@ class LoadRun:
         return text + (f"; failed: {errors[0]}" if errors else "")
 
 
-class Monitor:
+class Monitor(Poller):
     """Polls base_url/metrics every interval_s in a background thread (start/stop)."""
 
     def __init__(self, base_url: str, model_name: str, interval_s: float = POLL_INTERVAL_S,
                  latency_window_s: float = LATENCY_WINDOW_S, history_s: float = HISTORY_S):
+        super().__init__(interval_s)
         self.base_url = base_url
         self.model_name = model_name
-        self.interval_s = interval_s
         self.latency_window_s = latency_window_s
         self.history_s = history_s
         self.started_s = time.monotonic()
@@ -72,8 +73,6 @@ class Monitor:
         self.num_restarts_seen = 0
         self.load_run: LoadRun | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
     # --- polling ---------------------------------------------------------------------------
     def poll(self) -> None:
@@ -110,19 +109,6 @@ class Monitor:
                      kv_usage_pct=100 * snap.kv_usage,
                      mean_ttft_s=recent.mean_ttft_s if recent else None,
                      mean_e2e_s=recent.mean_e2e_s if recent else None)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.poll()
-            self._stop.wait(self.interval_s)
-
-    def start(self) -> "Monitor":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     # --- what the page shows ---------------------------------------------------------------
     def latest(self) -> Point | None:

@@ -11,7 +11,7 @@ import pytest
 import summary
 from common import memory, results
 from common import roofline as rl
-from tests.conftest import REPO, run_script, saved_result
+from tests.conftest import run_script, saved_result
 
 # SmolLM-135M's config.json (the source's model; SmolLM2-135M has the same shapes)
 SMOLLM = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,

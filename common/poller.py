@@ -1,0 +1,36 @@
+"""A background loop that calls poll() every interval_s: the /metrics sampler of task 7, the
+dashboard's monitor and the lab's memory sampler are all one of these."""
+from __future__ import annotations
+
+import threading
+
+
+class Poller:
+    """poll() every interval_s in a daemon thread, from start() (or `with`) until stop()."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def poll(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self.interval_s)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

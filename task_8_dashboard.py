@@ -110,7 +110,7 @@ def _seconds(value: float | None) -> str:
 def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
     """--once: a second read after one interval gives the rates of right now."""
     time.sleep(args.interval)
-    second = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
+    second = metrics.snapshot(read_metrics(srv), time.monotonic())
     now = metrics.window(first, second)
     report.section(f"LAST {now.seconds:.1f} s" if now else "LAST INTERVAL")
     if now is None:
@@ -125,12 +125,23 @@ def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
             "last_interval": vars(now) if now else None}
 
 
+def read_metrics(srv) -> str:
+    """The /metrics text, or one clear line and exit 1."""
+    try:
+        text = metrics.fetch(srv.base_url)
+        metrics.parse(text)
+    except (requests.RequestException, ValueError) as e:
+        cli.fail(f"{srv.base_url}/metrics cannot be read ({type(e).__name__}); is it a vLLM "
+                 f"server, and still running?", code=1)
+    return text
+
+
 def insight() -> None:
     report.insight([
         "Production watches these same /metrics: Prometheus scrapes them, Grafana plots them",
         "Tokens/s and running requests rise together: one engine step serves the whole batch",
-        "KV-cache usage near 100% makes requests wait: more KV memory or a smaller "
-        "max_model_len admits more at once",
+        "KV-cache usage at 100% makes new requests wait (requests waiting > 0): the KV memory, "
+        "not the CPU, caps the batch",
     ])
 
 
@@ -142,11 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
     srv, model, dtype = watched_server(args)
     owned = srv.state in ("started", "restarted") and not args.keep_server
     try:
-        try:
-            text = metrics.fetch(srv.base_url)
-        except (requests.RequestException, ValueError) as e:
-            cli.fail(f"{srv.base_url}/metrics cannot be read ({type(e).__name__}); is it a vLLM "
-                     f"server?", code=1)
+        text = read_metrics(srv)
         first = print_header(srv, model, dtype, text)
         data = {"model": srv.model_name, "model_source": model.source if model else None,
                 "dtype": dtype.dtype if dtype else (srv.config.dtype if srv.config else None),

@@ -191,7 +191,8 @@ def print_lab_run(run: dict) -> None:
     report.row("Largest peak (GB)", f"{worst['peak_memory_bytes'] / GB:.2f} ({worst['script']})")
     report.row("Budget (GB)", f"{MEMORY_BUDGET_BYTES / GB:.1f} (the source ran in a 4 GB VM)")
     report.paragraph("Peak memory = PSS of the script, its children and the lab's vLLM server "
-                     "(API server, engine core, worker), sampled every 0.25 s.")
+                     "(API server, engine core, worker, multiprocessing's resource tracker), "
+                     "sampled every 0.25 s.")
 
 
 def main(argv: list[str] | None = None) -> dict:

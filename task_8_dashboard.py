@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
             insight()
             print(f"Saved: {results.save(SCRIPT, data)}")
             return data
-        serve_dashboard(args, srv)
+        serve_dashboard(args, srv, data["cache_config"])
         return data
     finally:
         if owned:
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"Stopped the vLLM server this run started on :{args.port}.")
 
 
-def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float):
+def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine: str):
     """The page: thin Gradio wiring over the Monitor, which does the work."""
     import gradio as gr
     import pandas as pd
@@ -210,7 +210,7 @@ def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float):
 
     with gr.Blocks(title="vLLM lab: live dashboard") as demo:
         gr.Markdown(f"# vLLM live dashboard\nWatching `{watcher.base_url}/metrics` "
-                    f"(model {watcher.model_name}), read every {refresh_s:g} s.")
+                    f"(model {watcher.model_name}), read every {refresh_s:g} s. {engine}")
         status = gr.Markdown(watcher.status(), elem_id="status")
         table = gr.Markdown(figures(), elem_id="figures")
         with gr.Row():
@@ -241,7 +241,16 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def serve_dashboard(args, srv) -> None:
+def engine_line(srv, cache: dict) -> str:
+    """The engine's settings and KV capacity, for the page."""
+    parts = [f"Engine: {srv.config.describe()}."] if srv.config else []
+    if cache:
+        parts.append(f"KV cache: {int(cache['kv_cache_size_tokens']):,} tokens in "
+                     f"{cache['num_gpu_blocks']} blocks of {cache['block_size']}.")
+    return " ".join(parts)
+
+
+def serve_dashboard(args, srv, cache: dict) -> None:
     """Serve the page until Ctrl-C (or SIGTERM: cli.run takes it as Ctrl-C)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")   # no calls home: offline lab
     url = f"http://{'127.0.0.1' if args.dashboard_host == '0.0.0.0' else args.dashboard_host}:" \
@@ -254,7 +263,8 @@ def serve_dashboard(args, srv) -> None:
     insight()
 
     watcher = monitor.Monitor(srv.base_url, srv.model_name, interval_s=args.interval).start()
-    demo = build_ui(watcher, args.max_tokens, refresh_s=args.interval)
+    demo = build_ui(watcher, args.max_tokens, refresh_s=args.interval,
+                    engine=engine_line(srv, cache))
     try:
         demo.launch(server_name=args.dashboard_host, server_port=args.dashboard_port,
                     prevent_thread_lock=True, quiet=True, show_error=True)

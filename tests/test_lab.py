@@ -30,7 +30,8 @@ def test_the_whole_lab_on_the_real_model(real_model):
         for step in run["steps"]:
             assert step["exit_code"] == 0 and step["seconds"] > 0
             assert 0 < step["peak_memory_bytes"] < summary.MEMORY_BUDGET_BYTES, step
-        # tasks 5-8: the script, the API server, its engine core and the engine's worker
+        # tasks 5-8: the script, the API server, its engine core, the engine's worker (and
+        # multiprocessing's resource tracker)
         assert all(s["peak_processes"] >= 4 for s in run["steps"][5:])
 
         assert saved_result("verify_environment")["passed"] == 5

@@ -2,19 +2,22 @@
 one-snapshot form, each run as a learner runs it, one after another, then the summary.
 
 Each step's wall time and peak memory (PSS of the script, its children and the lab's vLLM server,
-which tasks 5-8 share) are measured and saved to results/lab_run.json, for the summary. The lab
-stops at the first step that fails. The vLLM server stays up at the end (`make stop`).
+which tasks 5-8 share) are measured and saved to results/lab_run.json, for the summary. A lab
+server left from an earlier run is stopped first, so task 5 starts one and every step is measured
+from the same clean state. The lab stops at the first step that fails. The vLLM server stays up
+at the end for the dashboard (`make stop`); on Ctrl-C it is stopped.
 
     python lab.py [--port 8000]
 """
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
 
 import summary
-from common import cli, memory, results, settings
+from common import cli, memory, results, server, settings
 
 SCRIPT = "lab_run"
 
@@ -30,7 +33,7 @@ def steps(port: int) -> list[list[str]]:
 
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=cli.positive_int, default=settings.SERVER_PORT,
+    parser.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                         help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
     return parser.parse_args(argv)
 
@@ -43,7 +46,8 @@ def run_step(command: list[str], port: int) -> dict:
     with memory.PeakMemory(proc.pid, server_port=port) as peak:
         try:
             code = proc.wait()
-        except KeyboardInterrupt:   # the script got Ctrl-C too: let it clean up first
+        except KeyboardInterrupt:   # pass it on (a terminal's Ctrl-C reaches both of us anyway)
+            proc.send_signal(signal.SIGINT)
             proc.wait()
             raise
     return {"script": command[0], "args": command[1:], "exit_code": code,
@@ -53,12 +57,19 @@ def run_step(command: list[str], port: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if server.stop_server(args.port):
+        print(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the lab "
+              f"measures every step from a clean start.")
     start = time.perf_counter()
     done = []
-    for command in steps(args.port):
-        done.append(run_step(command, args.port))
-        if done[-1]["exit_code"] != 0:
-            break
+    try:
+        for command in steps(args.port):
+            done.append(run_step(command, args.port))
+            if done[-1]["exit_code"] != 0:
+                break
+    except KeyboardInterrupt:
+        server.stop_server(args.port)
+        raise
     data = {"port": args.port, "total_seconds": round(time.perf_counter() - start, 1),
             "steps": done, "completed": all(s["exit_code"] == 0 for s in done)
             and len(done) == len(steps(args.port))}
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
         cli.fail(f"{done[-1]['script']} exited with code {done[-1]['exit_code']}; the lab stops "
                  f"here (its output is above)", code=1)
     print()
-    summary.main([])
+    summary.main(["--measure"])
     stop = "make stop" if args.port == settings.SERVER_PORT else \
         f"python -m common.server stop --port {args.port}"
     print(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")

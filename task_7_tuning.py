@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None):
                        help="not supported: task 7 restarts the server for each config, which it "
                             "only does for the server the lab manages")
     group.add_argument("--host", default="127.0.0.1", help="address the lab's server listens on")
-    group.add_argument("--port", type=cli.positive_int, default=settings.SERVER_PORT,
+    group.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                        help=f"port of the lab's server (default {settings.SERVER_PORT})")
     group = parser.add_argument_group("load")
     group.add_argument("--requests", type=cli.positive_int, default=10,

@@ -18,6 +18,7 @@ it found running it leaves running.
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import requests
@@ -31,7 +32,7 @@ def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_model_args(parser)
     group = parser.add_argument_group("dashboard")
-    group.add_argument("--port", dest="dashboard_port", type=cli.positive_int,
+    group.add_argument("--port", dest="dashboard_port", type=cli.port_number,
                        default=settings.DASHBOARD_PORT,
                        help=f"port of the dashboard (default {settings.DASHBOARD_PORT})")
     group.add_argument("--host", dest="dashboard_host", default="127.0.0.1",
@@ -48,7 +49,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--base-url", default=None,
                        help="watch this vLLM server (e.g. on a GPU box); the lab then never starts "
                             "or stops one")
-    group.add_argument("--server-port", dest="port", type=cli.positive_int,
+    group.add_argument("--server-port", dest="port", type=cli.port_number,
                        default=settings.SERVER_PORT,
                        help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
     group.add_argument("--keep-server", action="store_true",
@@ -85,18 +86,15 @@ def print_header(srv, model, dtype, text: str) -> metrics.Snapshot:
     state = {"external": "external (--base-url): not started or stopped here",
              "reused": f"already running (PID {srv.pid}): left running on exit"}
     report.row("Server", f"{srv.base_url}, " + state.get(srv.state, f"{srv.state} (PID {srv.pid})"))
-    cache = metrics.info_labels(text, "vllm:cache_config_info")
+    cache = describe_cache(metrics.info_labels(text, "vllm:cache_config_info"))
     if cache:
-        report.row("KV cache (from /metrics)",
-                   f"{int(cache['kv_cache_size_tokens']):,} tokens = {cache['num_gpu_blocks']} "
-                   f"blocks x {cache['block_size']}; max concurrency "
-                   f"{float(cache['kv_cache_max_concurrency']):.2f}x")
+        report.row("KV cache (from /metrics)", cache)
     snap = metrics.snapshot(text, time.monotonic())
     report.section(f"METRICS SNAPSHOT: {srv.base_url}/metrics")
     report.row("Generation tokens since start", f"{snap.generation_tokens:,.0f}")
     report.row("Requests finished since start", f"{snap.e2e_count:,.0f}")
     report.row("Requests running / waiting", f"{snap.running} / {snap.waiting}")
-    report.row("KV-cache usage (%)", f"{100 * snap.kv_usage:.1f}")
+    report.row("KV-cache usage (%)", _percent(snap.kv_usage))
     report.row("Mean TTFT since start (s)", _seconds(snap.mean_ttft_s))
     report.row("Mean e2e latency since start (s)", _seconds(snap.mean_e2e_s))
     report.row("Preemptions since start", f"{snap.preemptions:,.0f}")
@@ -105,6 +103,23 @@ def print_header(srv, model, dtype, text: str) -> metrics.Snapshot:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _percent(fraction: float | None) -> str:
+    return "n/a (not exported by this server)" if fraction is None else f"{100 * fraction:.1f}"
+
+
+def describe_cache(labels: dict) -> str:
+    """vllm:cache_config_info in words. The engine's token figure is its max concurrency times
+    max_model_len, not blocks x block size (45 blocks x 128 = 5,760 slots hold 45 requests of
+    max_model_len 64: 2,880 tokens), so the two are printed apart."""
+    parts = []
+    if labels.get("num_gpu_blocks") not in (None, "None") and labels.get("block_size"):
+        parts.append(f"{labels['num_gpu_blocks']} blocks of {labels['block_size']} tokens")
+    if labels.get("kv_cache_size_tokens") and labels.get("kv_cache_max_concurrency"):
+        parts.append(f"engine: {int(labels['kv_cache_size_tokens']):,} tokens, "
+                     f"{float(labels['kv_cache_max_concurrency']):.2f}x requests at max_model_len")
+    return "; ".join(parts)
 
 
 def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
@@ -118,7 +133,7 @@ def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
     else:
         report.row("Generation tokens/s", f"{now.tokens_per_s:.1f}")
         report.row("Requests running / waiting", f"{second.running} / {second.waiting}")
-        report.row("KV-cache usage (%)", f"{100 * second.kv_usage:.1f}")
+        report.row("KV-cache usage (%)", _percent(second.kv_usage))
     snapshot = {k: v for k, v in vars(second).items() if k != "time_s"}   # a monotonic clock
     return {"snapshot": snapshot | {"mean_ttft_s": second.mean_ttft_s,
                                     "mean_e2e_s": second.mean_e2e_s},
@@ -185,11 +200,12 @@ def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine
             return "No metrics read yet."
         rows = [("Generation tokens/s (last interval)", _rate(p.tokens_per_s)),
                 ("Requests running", p.running), ("Requests waiting", p.waiting),
-                ("KV-cache usage (%)", f"{p.kv_usage_pct:.1f}"),
+                ("KV-cache usage (%)", "n/a" if p.kv_usage_pct is None else f"{p.kv_usage_pct:.1f}"),
                 (f"Mean TTFT, last {watcher.latency_window_s:g} s (s)", _seconds(p.mean_ttft_s)),
                 (f"Mean e2e latency, last {watcher.latency_window_s:g} s (s)",
                  _seconds(p.mean_e2e_s))]
-        return "| Metric | Now |\n|---|---:|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+        now = "Last read (server down)" if watcher.is_down() else "Now"
+        return f"| Metric | {now} |\n|---|---:|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
     def series(**columns: str) -> pd.DataFrame:
         """Long format for one plot: t (s), value, series; a point with no value is left out."""
@@ -244,9 +260,8 @@ def _rate(value: float | None) -> str:
 def engine_line(srv, cache: dict) -> str:
     """The engine's settings and KV capacity, for the page."""
     parts = [f"Engine: {srv.config.describe()}."] if srv.config else []
-    if cache:
-        parts.append(f"KV cache: {int(cache['kv_cache_size_tokens']):,} tokens in "
-                     f"{cache['num_gpu_blocks']} blocks of {cache['block_size']}.")
+    if describe_cache(cache):
+        parts.append(f"KV cache: {describe_cache(cache)}.")
     return " ".join(parts)
 
 
@@ -257,6 +272,9 @@ def serve_dashboard(args, srv, cache: dict) -> None:
           f"{args.dashboard_port}"
     report.section("DASHBOARD")
     report.row("Dashboard URL", url)
+    if args.dashboard_host == "0.0.0.0":
+        report.row("  from another machine", f"http://{socket.gethostname()}:"
+                                             f"{args.dashboard_port} (or this machine's address)")
     report.row("Refresh", f"every {args.interval:g} s; latency means over the last "
                           f"{monitor.LATENCY_WINDOW_S:g} s")
     report.row("Load button", f"N concurrent requests of {args.max_tokens} tokens each")

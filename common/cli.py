@@ -31,6 +31,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     """'45,128,23' -> [45, 128, 23]; each a whole number > 0."""
     parts = [p.strip() for p in text.split(",")]
@@ -92,7 +99,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--host", default="127.0.0.1",
                        help="address the lab's server listens on (default 127.0.0.1: an "
                             "unauthenticated model server is nothing to expose)")
-    group.add_argument("--port", type=positive_int, default=settings.SERVER_PORT,
+    group.add_argument("--port", type=port_number, default=settings.SERVER_PORT,
                        help=f"port of the lab's server (default {settings.SERVER_PORT})")
 
 
@@ -124,6 +131,8 @@ def run(main) -> None:
         main(sys.argv[1:])
     except ServerError as e:
         fail(str(e), code=1)
+    except OSError as e:   # e.g. a host name that does not resolve, a port taken meanwhile
+        fail(f"{type(e).__name__}: {e}", code=1)
     except KeyboardInterrupt:
         fail("interrupted (any server this run was starting has been stopped)", code=130)
 

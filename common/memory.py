@@ -8,9 +8,8 @@ shared pages twice.
 """
 from __future__ import annotations
 
-import json
 import os
-from common import settings
+from common import server
 from common.poller import Poller
 
 SAMPLE_INTERVAL_S = 0.25
@@ -36,15 +35,6 @@ def _stat(pid: str) -> tuple[int, int] | None:
             fields = f.read().rsplit(")", 1)[1].split()
         return int(fields[1]), int(fields[2])
     except (OSError, IndexError, ValueError):
-        return None
-
-
-def lab_server_group(port: int) -> int | None:
-    """Process group of the lab server on this port, from <cache>/server-<port>.json (its
-    leader's pid: the server is started in a session of its own); None when there is none."""
-    try:
-        return int(json.loads((settings.cache_dir() / f"server-{port}.json").read_text())["pid"])
-    except (OSError, ValueError, KeyError):
         return None
 
 
@@ -83,7 +73,8 @@ class PeakMemory(Poller):
         self.num_samples = 0
 
     def poll(self) -> None:
-        group = lab_server_group(self.server_port) if self.server_port else None
+        # the API server leads its process group (started in a session of its own)
+        group = server.lab_server_pid(self.server_port) if self.server_port else None
         sizes = [pss_bytes(pid) for pid in step_pids(self.root_pid, {group} - {None})]
         total = sum(sizes)
         self.num_samples += 1

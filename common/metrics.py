@@ -33,7 +33,8 @@ class Snapshot:
     generation_tokens: float   # counter vllm:generation_tokens_total
     running: int               # gauge vllm:num_requests_running
     waiting: int               # gauge vllm:num_requests_waiting
-    kv_usage: float            # gauge vllm:kv_cache_usage_perc, a fraction 0..1 despite the name
+    kv_usage: float | None     # gauge vllm:kv_cache_usage_perc, a fraction 0..1 despite the name
+                               # (None: not exported, e.g. an older vLLM behind --base-url)
     ttft_sum_s: float          # histogram vllm:time_to_first_token_seconds, _sum and _count
     ttft_count: float
     e2e_sum_s: float           # histogram vllm:e2e_request_latency_seconds, _sum and _count
@@ -50,6 +51,21 @@ class Snapshot:
         return self.e2e_sum_s / self.e2e_count if self.e2e_count else None
 
 
+# vLLM V1's name, then the name older vLLM versions used for the same fraction
+KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+def mean_gauge(text: str, names: tuple[str, ...]) -> float | None:
+    """A fraction gauge over several engines is their mean, not their sum; the first of names
+    that the text has, or None."""
+    for name in names:
+        values = [sample.value for family in text_string_to_metric_families(text)
+                  for sample in family.samples if sample.name == name]
+        if values:
+            return sum(values) / len(values)
+    return None
+
+
 def snapshot(text: str, time_s: float) -> Snapshot:
     """The watched figures out of one /metrics text."""
     v = parse(text)
@@ -57,7 +73,7 @@ def snapshot(text: str, time_s: float) -> Snapshot:
                     generation_tokens=v.get("vllm:generation_tokens_total", 0.0),
                     running=int(v.get("vllm:num_requests_running", 0)),
                     waiting=int(v.get("vllm:num_requests_waiting", 0)),
-                    kv_usage=v.get("vllm:kv_cache_usage_perc", 0.0),
+                    kv_usage=mean_gauge(text, KV_USAGE_NAMES),
                     ttft_sum_s=v.get("vllm:time_to_first_token_seconds_sum", 0.0),
                     ttft_count=v.get("vllm:time_to_first_token_seconds_count", 0.0),
                     e2e_sum_s=v.get("vllm:e2e_request_latency_seconds_sum", 0.0),

@@ -30,7 +30,7 @@ class Point:
     tokens_per_s: float | None     # None right after a (re)start: nothing to compare with
     running: int
     waiting: int
-    kv_usage_pct: float
+    kv_usage_pct: float | None     # None: the server does not export it
     mean_ttft_s: float | None
     mean_e2e_s: float | None
 
@@ -41,8 +41,15 @@ class LoadRun:
     num_requests: int
     started_s: float
     result: load.LevelResult | None = None
+    error: str | None = None          # the load itself broke (not a request: those are counted)
+
+    @property
+    def is_running(self) -> bool:
+        return self.result is None and self.error is None
 
     def describe(self, now_s: float) -> str:
+        if self.error is not None:
+            return f"The load failed: {self.error}"
         if self.result is None:
             return (f"Sending {self.num_requests} concurrent requests... "
                     f"({now_s - self.started_s:.0f} s so far)")
@@ -106,11 +113,15 @@ class Monitor(Poller):
         return Point(t_s=snap.time_s - self.started_s,
                      tokens_per_s=last.tokens_per_s if last else None,
                      running=snap.running, waiting=snap.waiting,
-                     kv_usage_pct=100 * snap.kv_usage,
+                     kv_usage_pct=None if snap.kv_usage is None else 100 * snap.kv_usage,
                      mean_ttft_s=recent.mean_ttft_s if recent else None,
                      mean_e2e_s=recent.mean_e2e_s if recent else None)
 
     # --- what the page shows ---------------------------------------------------------------
+    def is_down(self) -> bool:
+        with self._lock:
+            return self.error is not None
+
     def latest(self) -> Point | None:
         with self._lock:
             return self.points[-1] if self.points else None
@@ -137,13 +148,18 @@ class Monitor(Poller):
     def send_load(self, num_requests: int, max_tokens: int) -> str:
         """Start num_requests concurrent requests in the background; returns what it did."""
         with self._lock:
-            if self.load_run is not None and self.load_run.result is None:
+            if self.load_run is not None and self.load_run.is_running:
                 return "A load is still running; wait for it to finish."
             run = self.load_run = LoadRun(num_requests, time.monotonic())
 
         def send() -> None:
-            result = load.run_level(self.base_url, self.model_name,
-                                    load.user_prompts(num_requests), max_tokens)
+            try:
+                result = load.run_level(self.base_url, self.model_name,
+                                        load.user_prompts(num_requests), max_tokens)
+            except Exception as e:  # noqa: BLE001 - the page must learn of it, not hang
+                with self._lock:
+                    run.error = f"{type(e).__name__}: {e}"[:200]
+                return
             with self._lock:
                 run.result = result
 

@@ -10,6 +10,7 @@ class Poller:
 
     def __init__(self, interval_s: float):
         self.interval_s = interval_s
+        self.last_error: str | None = None   # an unexpected failure of poll(), kept, not raised
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -18,7 +19,10 @@ class Poller:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.poll()
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 - one bad sample must not end the loop
+                self.last_error = f"{type(e).__name__}: {e}"
             self._stop.wait(self.interval_s)
 
     def start(self):

@@ -1,6 +1,11 @@
 """The roofline of decoding on this machine: why one request is bound by memory bandwidth and a
 batch moves toward the compute bound.
 
+The model is the roofline of Williams, Waterman and Patterson ("Roofline: an insightful visual
+performance model for multicore architectures", CACM 52(4), 2009): attainable speed = min(peak
+compute, bandwidth x arithmetic intensity). The bandwidth is measured the way STREAM measures it
+(a large array, far beyond the caches, read in a loop), the peak compute with a square matmul.
+
 Per decode step the engine reads every weight once, whatever the batch, and each request in the
 batch does ~2 FLOPs per weight (a multiply and an add). So with B requests a step reads
 weight_bytes + B x kv_bytes and computes B x flops_per_token; it cannot take less than either
@@ -67,6 +72,7 @@ class Machine:
     bandwidth_bytes_s: float      # memory read bandwidth
     flops_s: dict                 # dtype -> matmul FLOP/s
     threads: int
+    matmul_n: dict | None = None  # dtype -> n of the n x n products measured
 
 
 def ceiling(cost: ModelCost, machine: Machine, batch: int, context: int) -> dict:
@@ -93,7 +99,8 @@ def ridge_batch(cost: ModelCost, machine: Machine, context: int) -> float:
 
 # --- measuring this machine (a few seconds) ---------------------------------------------------
 BANDWIDTH_MIB = 256     # far larger than any CPU cache, so the reads come from memory
-MATMUL_N = 1024         # 1024 x 1024 x 1024: 2.1 GFLOP per product
+MATMUL_MAX_N = 1024     # 1024 x 1024 x 1024: 2.1 GFLOP per product
+MATMUL_TARGET_S = 0.1   # a product takes about this long, even where bf16 is slow (no native bf16)
 
 
 def _best_s(fn, repeats: int) -> float:
@@ -106,19 +113,29 @@ def _best_s(fn, repeats: int) -> float:
     return best
 
 
+def _matmul_flops(torch, dtype) -> tuple[float, int]:
+    """(FLOP/s, n) of n x n products: n = 1024, or smaller where one would take over 0.1 s
+    (bf16 without native support runs at ~0.3 GFLOP/s: a 1024 product would take 7 s)."""
+    a = torch.randn(256, 256).to(dtype)
+    probe_s = _best_s(lambda: a @ a, repeats=1)
+    n = int(256 * (MATMUL_TARGET_S / probe_s) ** (1 / 3)) // 64 * 64
+    n = max(64, min(MATMUL_MAX_N, n))
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    return 2 * n ** 3 / _best_s(lambda: a @ b, repeats=3), n
+
+
 def measure_machine(threads: int) -> Machine:
     """Read bandwidth: sum a 256 MiB float32 tensor (reads only, as a decode step reads weights);
-    matmul: 1024 x 1024 products in float32 and bfloat16. Best of a few runs each, with the
-    threads the engine uses."""
+    matmul: n x n products in float32 and bfloat16 (n up to 1024). Best of a few runs each, with
+    the threads the engine uses."""
     import torch
 
     torch.set_num_threads(threads)
     x = torch.ones(BANDWIDTH_MIB * 1024 * 1024 // 4, dtype=torch.float32)
     bandwidth = x.numel() * 4 / _best_s(x.sum, repeats=5)
     x = None   # give the 256 MiB back before the matmuls
-    flops = {}
+    flops, sizes = {}, {}
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        a = torch.randn(MATMUL_N, MATMUL_N).to(dtype)
-        b = torch.randn(MATMUL_N, MATMUL_N).to(dtype)
-        flops[name] = 2 * MATMUL_N ** 3 / _best_s(lambda: a @ b, repeats=5)
-    return Machine(bandwidth_bytes_s=bandwidth, flops_s=flops, threads=threads)
+        flops[name], sizes[name] = _matmul_flops(torch, dtype)
+    return Machine(bandwidth_bytes_s=bandwidth, flops_s=flops, threads=threads,
+                   matmul_n=sizes)

@@ -143,6 +143,12 @@ def stop_server(port: int = settings.SERVER_PORT) -> bool:
     return True
 
 
+def lab_server_pid(port: int) -> int | None:
+    """PID of the lab server's API process on this port (its process group too), or None."""
+    state = _read_state(port)
+    return state["pid"] if state and _is_lab_server(state["pid"], port) else None
+
+
 def running_config(port: int) -> ServerConfig | None:
     """The config of the lab server running on this port, or None."""
     state = _read_state(port)

@@ -58,6 +58,30 @@ def test_cache_config_labels_are_the_engines():
             cache["kv_cache_max_concurrency"]) == ("5760", "45", "128", "45.0")
 
 
+def test_kv_capacity_is_described_without_a_false_equation():
+    import task_8_dashboard
+
+    a = metrics.info_labels(AFTER, "vllm:cache_config_info")
+    assert task_8_dashboard.describe_cache(a) == (
+        "45 blocks of 128 tokens; engine: 5,760 tokens, 45.00x requests at max_model_len")
+    # task 7's config B (max_model_len 64): the same 45 blocks, 2,880 tokens, 45 requests
+    b = a | {"kv_cache_size_tokens": "2880"}
+    assert task_8_dashboard.describe_cache(b) == (
+        "45 blocks of 128 tokens; engine: 2,880 tokens, 45.00x requests at max_model_len")
+    assert task_8_dashboard.describe_cache({}) == ""
+
+
+def test_kv_usage_missing_or_under_its_older_name():
+    line = next(l for l in BUSY.splitlines() if l.startswith("vllm:kv_cache_usage_perc"))
+    assert metrics.snapshot(BUSY.replace(line + "\n", ""), 0).kv_usage is None   # not measured
+    older = BUSY.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    assert metrics.snapshot(older, 0).kv_usage == 0.2727272727272727
+    # two engines: the usage is their mean, not their sum
+    second = line.replace('engine="0"', 'engine="1"').replace("0.2727272727272727", "0.5")
+    two = BUSY.replace(line, line + "\n" + second)
+    assert metrics.snapshot(two, 0).kv_usage == (0.2727272727272727 + 0.5) / 2
+
+
 def test_histogram_buckets_are_not_taken_for_sums():
     # _sum and _count are single samples; the buckets (one per `le`) stay out of the figures
     values = metrics.parse(AFTER)
@@ -145,6 +169,8 @@ def test_once_prints_and_saves_a_snapshot(tiny_model):
 @pytest.mark.parametrize("args, message", [
     (["--interval", "0"], "--interval must be between 0.2 and 10 seconds"),
     (["--once", "--base-url", "http://127.0.0.1:9"], "no OpenAI-compatible server answers"),
+    (["--port", "70000"], "'70000' is not a port (1-65535)"),
+    (["--server-port", "0"], "'0' must be greater than 0"),
 ])
 def test_bad_dashboard_input_is_one_line(args, message):
     proc = run_script("task_8_dashboard.py", *args)

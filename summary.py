@@ -162,14 +162,15 @@ def roofline(res: dict[str, dict], cost: rl.ModelCost, machine: rl.Machine, cont
 
 def print_roofline(r: dict, measured: str) -> None:
     report.section("ROOFLINE: what bounds decoding on this machine")
-    report.note("(the roofline model of Williams, Waterman & Patterson, 2009: speed <= min(peak "
-                "compute, bandwidth x FLOPs per byte))")
+    report.paragraph("(the roofline model of Williams, Waterman & Patterson, 2009: speed <= "
+                     "min(peak compute, bandwidth x FLOPs per byte))")
     report.row("Machine figures", measured)
     report.row("Memory bandwidth (GB/s)", f"{r['bandwidth_gb_s']:.1f} (sum of a "
                f"{rl.BANDWIDTH_MIB} MiB tensor, {r['threads']} threads, best of 5)")
     sizes = r.get("matmul_n") or {}
-    report.row("Matmul fp32 / bf16 (GFLOP/s)", f"{r['matmul_gflop_s']['float32']:,.0f} / "
-               f"{r['matmul_gflop_s']['bfloat16']:,.1f} (n x n products, n = "
+    gflops = [f"{g:,.0f}" if g >= 100 else f"{g:.2g}"   # 0.3 where bf16 is not native
+              for g in (r['matmul_gflop_s']['float32'], r['matmul_gflop_s']['bfloat16'])]
+    report.row("Matmul fp32 / bf16 (GFLOP/s)", f"{gflops[0]} / {gflops[1]} (n x n products, n = "
                f"{sizes.get('float32', '?')} / {sizes.get('bfloat16', '?')})")
     report.row("Model", f"{r['num_params']:,} parameters, {r['dtype']}, "
                         f"mean context {r['context']} tokens")

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the lab "
               f"measures every step from a clean start.")
     start = time.perf_counter()
-    done = []
+    commands, done = steps(args.port), []
     try:
-        for command in steps(args.port):
+        for command in commands:
             done.append(run_step(command, args.port))
             if done[-1]["exit_code"] != 0:
                 break
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise
     data = {"port": args.port, "total_seconds": round(time.perf_counter() - start, 1),
             "steps": done, "completed": all(s["exit_code"] == 0 for s in done)
-            and len(done) == len(steps(args.port))}
+            and len(done) == len(commands)}
     results.save(SCRIPT, data)
     if not data["completed"]:
         cli.fail(f"{done[-1]['script']} exited with code {done[-1]['exit_code']}; the lab stops "

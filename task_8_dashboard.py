@@ -71,8 +71,8 @@ def watched_server(args):
     return cli.lab_server(args)
 
 
-def print_header(srv, model, dtype, text: str) -> metrics.Snapshot:
-    """What is watched, and a first snapshot; returns that snapshot."""
+def print_header(srv, model, dtype, snap: metrics.Snapshot, cache_labels: dict) -> None:
+    """What is watched, and the first snapshot."""
     report.title("Task 8: Live Monitoring Dashboard")
     if model:
         report.run_info(model, dtype, settings.num_cores(), Engine=srv.config.describe())
@@ -86,10 +86,9 @@ def print_header(srv, model, dtype, text: str) -> metrics.Snapshot:
     state = {"external": "external (--base-url): not started or stopped here",
              "reused": f"already running (PID {srv.pid}): left running on exit"}
     report.row("Server", f"{srv.base_url}, " + state.get(srv.state, f"{srv.state} (PID {srv.pid})"))
-    cache = describe_cache(metrics.info_labels(text, "vllm:cache_config_info"))
+    cache = describe_cache(cache_labels)
     if cache:
         report.row("KV cache (from /metrics)", cache)
-    snap = metrics.snapshot(text, time.monotonic())
     report.section(f"METRICS SNAPSHOT: {srv.base_url}/metrics")
     report.row("Generation tokens since start", f"{snap.generation_tokens:,.0f}")
     report.row("Requests finished since start", f"{snap.e2e_count:,.0f}")
@@ -98,7 +97,6 @@ def print_header(srv, model, dtype, text: str) -> metrics.Snapshot:
     report.row("Mean TTFT since start (s)", _seconds(snap.mean_ttft_s))
     report.row("Mean e2e latency since start (s)", _seconds(snap.mean_e2e_s))
     report.row("Preemptions since start", f"{snap.preemptions:,.0f}")
-    return snap
 
 
 def _seconds(value: float | None) -> str:
@@ -125,7 +123,7 @@ def describe_cache(labels: dict) -> str:
 def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
     """--once: a second read after one interval gives the rates of right now."""
     time.sleep(args.interval)
-    second = metrics.snapshot(read_metrics(srv), time.monotonic())
+    _, second = read_metrics(srv)
     now = metrics.window(first, second)
     report.section(f"LAST {now.seconds:.1f} s" if now else "LAST INTERVAL")
     if now is None:
@@ -140,15 +138,15 @@ def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
             "last_interval": vars(now) if now else None}
 
 
-def read_metrics(srv) -> str:
-    """The /metrics text, or one clear line and exit 1."""
+def read_metrics(srv) -> tuple[str, metrics.Snapshot]:
+    """The /metrics text and its snapshot, or one clear line and exit 1 (parsing it is the check
+    that it is Prometheus text)."""
     try:
         text = metrics.fetch(srv.base_url)
-        metrics.parse(text)
+        return text, metrics.snapshot(text, time.monotonic())
     except (requests.RequestException, ValueError) as e:
         cli.fail(f"{srv.base_url}/metrics cannot be read ({type(e).__name__}); is it a vLLM "
                  f"server, and still running?", code=1)
-    return text
 
 
 def insight() -> None:
@@ -168,14 +166,15 @@ def main(argv: list[str] | None = None) -> dict:
     srv, model, dtype = watched_server(args)
     owned = srv.state in ("started", "restarted") and not args.keep_server
     try:
-        text = read_metrics(srv)
-        first = print_header(srv, model, dtype, text)
+        text, first = read_metrics(srv)
+        cache_labels = metrics.info_labels(text, "vllm:cache_config_info")
+        print_header(srv, model, dtype, first, cache_labels)
         data = {"model": srv.model_name, "model_source": model.source if model else None,
                 "dtype": dtype.dtype if dtype else (srv.config.dtype if srv.config else None),
                 "threads": settings.num_cores(), "base_url": srv.base_url,
                 "server_state": srv.state,
                 "engine": srv.config.describe() if srv.config else None,
-                "cache_config": metrics.info_labels(text, "vllm:cache_config_info")}
+                "cache_config": cache_labels}
         if args.once:
             data |= snapshot_once(args, srv, first)
             insight()

@@ -1,5 +1,5 @@
 """Peak memory of a lab step, every process it runs included: the script, its children, and the
-lab's vLLM server (API server + engine core), also when an earlier task started it.
+lab's vLLM server (API server, engine core, worker), also when an earlier task started it.
 
 Memory is PSS (proportional set size, /proc/<pid>/smaps_rollup): a page shared by two processes
 (torch's libraries in the API server and the engine core) counts half in each, so the sum over
@@ -9,6 +9,7 @@ shared pages twice.
 from __future__ import annotations
 
 import os
+
 from common import server
 from common.poller import Poller
 

@@ -15,15 +15,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from common.poller import Poller
 
 
+def _samples(text: str) -> dict[str, list[float]]:
+    """Sample name -> its values, one per label set (per engine, per histogram bucket...)."""
+    values: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values.setdefault(sample.name, []).append(sample.value)
+    return values
+
+
 def parse(text: str) -> dict[str, float]:
     """Sample name -> value, summed over label sets: a server with several engines (data
     parallel) reports one series per engine, and the server's figure is their sum. (A histogram's
     _bucket samples, one per `le`, sum to nothing useful; the lab reads only _sum and _count.)"""
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    return values
+    return {name: sum(values) for name, values in _samples(text).items()}
 
 
 @dataclass(frozen=True)
@@ -55,30 +60,25 @@ class Snapshot:
 KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
-def mean_gauge(text: str, names: tuple[str, ...]) -> float | None:
-    """A fraction gauge over several engines is their mean, not their sum; the first of names
-    that the text has, or None."""
-    for name in names:
-        values = [sample.value for family in text_string_to_metric_families(text)
-                  for sample in family.samples if sample.name == name]
-        if values:
-            return sum(values) / len(values)
-    return None
-
-
 def snapshot(text: str, time_s: float) -> Snapshot:
-    """The watched figures out of one /metrics text."""
-    v = parse(text)
+    """The watched figures out of one /metrics text (parsed once: the dashboard reads it every
+    second). Counts are summed over engines; the KV-cache usage, a fraction, is their mean."""
+    samples = _samples(text)
+
+    def total(name: str) -> float:
+        return sum(samples.get(name, [0.0]))
+
+    kv = next((samples[name] for name in KV_USAGE_NAMES if name in samples), None)
     return Snapshot(time_s=time_s,
-                    generation_tokens=v.get("vllm:generation_tokens_total", 0.0),
-                    running=int(v.get("vllm:num_requests_running", 0)),
-                    waiting=int(v.get("vllm:num_requests_waiting", 0)),
-                    kv_usage=mean_gauge(text, KV_USAGE_NAMES),
-                    ttft_sum_s=v.get("vllm:time_to_first_token_seconds_sum", 0.0),
-                    ttft_count=v.get("vllm:time_to_first_token_seconds_count", 0.0),
-                    e2e_sum_s=v.get("vllm:e2e_request_latency_seconds_sum", 0.0),
-                    e2e_count=v.get("vllm:e2e_request_latency_seconds_count", 0.0),
-                    preemptions=v.get("vllm:num_preemptions_total", 0.0))
+                    generation_tokens=total("vllm:generation_tokens_total"),
+                    running=int(total("vllm:num_requests_running")),
+                    waiting=int(total("vllm:num_requests_waiting")),
+                    kv_usage=sum(kv) / len(kv) if kv else None,
+                    ttft_sum_s=total("vllm:time_to_first_token_seconds_sum"),
+                    ttft_count=total("vllm:time_to_first_token_seconds_count"),
+                    e2e_sum_s=total("vllm:e2e_request_latency_seconds_sum"),
+                    e2e_count=total("vllm:e2e_request_latency_seconds_count"),
+                    preemptions=total("vllm:num_preemptions_total"))
 
 
 @dataclass(frozen=True)

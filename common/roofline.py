@@ -22,8 +22,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-GB = 1e9
-
 
 @dataclass(frozen=True)
 class ModelCost:

@@ -233,8 +233,8 @@ def machine_figures(measure: bool) -> tuple[rl.Machine, str]:
                              saved.get("matmul_n"))
         return machine, f"measured {saved['measured_at'][:16].replace('T', ' ')} on {saved['host']}"
     machine = rl.measure_machine(settings.num_cores())
-    saved = results.save("machine", asdict(machine) | {"host": socket.gethostname(),
-                                                       "cpu": settings.cpu_model_name()})
+    results.save("machine", asdict(machine) | {"host": socket.gethostname(),
+                                                "cpu": settings.cpu_model_name()})
     return machine, f"measured now on {socket.gethostname()}"
 
 

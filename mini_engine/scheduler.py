@@ -1,0 +1,96 @@
+"""Who runs in this step: the one place where continuous and static batching differ.
+
+continuous  at every step, admit waiting requests while a batch slot and the pages their tokens
+            need are free; a finished request leaves at once and its slot is refilled next step
+            (Orca's iteration-level scheduling, vLLM's scheduler).
+static      take up to max_batch requests and run that batch until its longest request is done;
+            only then admit the next batch. With pad_finished (transformers `generate`, the
+            classic serving systems) a finished request stays in the batch as padding: its row is
+            still computed and its tokens thrown away. Without it, finished rows leave the
+            compute but their slots stay idle until the batch ends.
+
+Both: before admitting anyone, every running request gets room for its next token; when the
+pool is short, the newest running request is preempted (its pages freed, itself requeued at the
+front to be recomputed from its tokens), as vLLM does.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from mini_engine.block_manager import BlockManager
+from mini_engine.sequence import Sequence, State
+
+POLICIES = ("continuous", "static")
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_batch: int, policy: str = "continuous",
+                 pad_finished: bool = True):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+        self.block_manager = block_manager
+        self.max_batch = max_batch
+        self.policy = policy
+        self.pad_finished = pad_finished and policy == "static"
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []      # in admission order: the newest is last
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[Sequence]:
+        """The sequences this step computes (live and padding rows), pages allocated."""
+        self._make_room_for_running()
+        if self.policy == "continuous" or not self.running:
+            self._admit()
+        return list(self.running)
+
+    def _make_room_for_running(self) -> None:
+        """A page for every live request's next token, preempting the newest when short."""
+        for seq in list(self.running):
+            if seq not in self.running or seq.is_padding:   # preempted meanwhile / needs no room
+                continue
+            while not self.block_manager.can_allocate(seq, seq.num_tokens):
+                self._preempt(self.running[-1])
+                if seq not in self.running:
+                    break
+            else:
+                self.block_manager.allocate(seq, seq.num_tokens)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            seq = self.waiting[0]
+            if not self.block_manager.can_allocate(seq, seq.num_tokens):
+                break          # first come, first served: nobody overtakes the head of the line
+            self.waiting.popleft()
+            self.block_manager.allocate(seq, seq.num_tokens)
+            seq.state = State.RUNNING
+            self.running.append(seq)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        if seq.is_padding:          # already finished: nothing to recompute
+            return
+        seq.state = State.PREEMPTED
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence) -> None:
+        """seq made its last token: it leaves (and its pages go back), or stays as padding."""
+        seq.state = State.FINISHED
+        if self.pad_finished and any(not s.is_finished for s in self.running):
+            seq.is_padding = True
+            return
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        if self.pad_finished and all(s.is_finished for s in self.running):
+            for padding in list(self.running):   # the batch is over: its padding rows go too
+                self.running.remove(padding)
+                self.block_manager.free(padding)

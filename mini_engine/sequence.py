@@ -1,0 +1,50 @@
+"""A request as the engine sees it (nano-vllm's Sequence, vLLM's Request)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class State(enum.Enum):
+    WAITING = "waiting"        # not admitted yet
+    RUNNING = "running"        # in the batch, its K/V in the pool
+    PREEMPTED = "preempted"    # its pages were taken back; waits to be recomputed from its tokens
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    seq_id: int
+    prompt_ids: list[int]
+    max_tokens: int               # new tokens to generate
+    min_tokens: int = 0           # end-of-sequence is not sampled before this many (vLLM min_tokens)
+    temperature: float = 0.0      # 0 = greedy
+    output_ids: list[int] = field(default_factory=list)
+    page_table: list[int] = field(default_factory=list)   # logical page i -> physical page id
+    num_cached: int = 0           # tokens whose K and V are in the pool
+    state: State = State.WAITING
+    is_padding: bool = False      # static batching: finished, but its row is still computed
+    num_preemptions: int = 0
+    arrival_s: float = 0.0
+    first_token_s: float | None = None
+    finish_s: float | None = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state is State.FINISHED
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def latency_s(self) -> float:
+        return self.finish_s - self.arrival_s

@@ -1,0 +1,454 @@
+"""Task 9: Build the engine yourself - PagedAttention and continuous batching from scratch.
+
+The source's title promises to reproduce PagedAttention and continuous batching yourself; this
+task does, with mini_engine/ (plain torch, one file per concept: read mini_engine/__init__.py).
+It prints four parts:
+
+1. Correct: prompts of different lengths run together, greedy, fp32; the engine's tokens
+   against transformers' generate(do_sample=False), token for token.
+2. Static vs continuous batching on a mixed-length workload (seeded; output lengths drawn from
+   an exponential distribution, EOS held off so each request makes exactly its length): same
+   engine, same batch cap. Static runs twice, with finished rows kept as padding (transformers'
+   generate) and dropped, so the gain splits into padding removed and idle slots refilled.
+3. Against the real thing: the same workload through vLLM's LLM.generate (the lab's settings,
+   the same batch cap) and transformers' generate in static padded batches.
+4. Where the step time goes: the engine's phases at batch 1 and at the cap, beside the model's
+   matmuls timed alone (the kernel floor) and one read of the weights at the memory bandwidth.
+
+    python task_9_build_your_own_engine.py [--requests 32] [--max-batch 16] [--mean-output 24]
+        [--seed 0] [--page-size 16] [--kv-bytes 134217728] [--policy both] [--no-vllm]
+        [--model M] [--dtype auto|bfloat16|float32]
+"""
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from common import cli, engine, kv, load, report, results, settings
+from common import roofline as rl
+from mini_engine import LLMEngine, Llama
+from mini_engine.engine import PHASES, eos_token_ids
+
+SCRIPT = "task_9_build_your_own_engine"
+# Part 1: prompts of different lengths (3 to 30 tokens), each generating CHECK_TOKENS greedily.
+CHECK_PROMPTS = [
+    "Hi", "The capital of France is", settings.PROMPT, *load.user_prompts(3),
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "List three reasons why the sky looks blue during the day and red at sunset, in one "
+    "short paragraph that a ten year old child could follow:",
+]
+CHECK_TOKENS = 16
+PHASE_LABELS = {"matmul": "matmuls (linear layers)", "attention": "attention (paged)",
+                "forward_other": "rest of the forward", "sampling": "sampling",
+                "scheduling": "scheduling"}
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_argument_group("workload")
+    group.add_argument("--requests", type=cli.positive_int, default=32,
+                       help="requests in the workload, all arriving at once (default 32)")
+    group.add_argument("--mean-output", type=cli.positive_int, default=24,
+                       help="mean of the exponential output lengths, tokens (default 24)")
+    group.add_argument("--seed", type=int, default=settings.SEED,
+                       help=f"seed of the output lengths and of sampling (default {settings.SEED})")
+    group = parser.add_argument_group("engine")
+    group.add_argument("--max-batch", type=cli.positive_int, default=16,
+                       help="batch cap: requests computed in one step (default 16)")
+    group.add_argument("--page-size", type=cli.positive_int, default=16,
+                       help="tokens per KV page (default 16, task 4's page); must divide "
+                            f"max_model_len ({settings.MAX_MODEL_LEN})")
+    group.add_argument("--kv-bytes", type=cli.positive_int, default=settings.KV_CACHE_BYTES,
+                       help=f"KV-cache budget in bytes (default {settings.KV_CACHE_BYTES:,}, the "
+                            "lab's 128 MiB)")
+    group.add_argument("--policy", choices=("both", "continuous", "static"), default="both",
+                       help="which batching to run (default both, compared)")
+    group.add_argument("--no-vllm", action="store_true",
+                       help="skip part 3 (vLLM and transformers on the same workload)")
+    cli.add_model_args(parser)
+    args = parser.parse_args(argv)
+    if settings.MAX_MODEL_LEN % args.page_size:
+        parser.error(f"--page-size {args.page_size} does not divide max_model_len "
+                     f"{settings.MAX_MODEL_LEN}: a full request would end in a part page")
+    return args
+
+
+# --- the workload ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    prompt_ids: list[int]
+    num_output: int
+
+
+def make_workload(tokenizer, num_requests: int, mean_output: int, seed: int,
+                  max_model_len: int = settings.MAX_MODEL_LEN) -> list[Request]:
+    """The lab's user prompts; output lengths drawn from an exponential distribution (the shape
+    of Anyscale's continuous-batching benchmark), at least 1, capped so prompt + output fit."""
+    rng = random.Random(seed)
+    workload = []
+    for prompt in load.user_prompts(num_requests):
+        ids = tokenizer(prompt)["input_ids"]
+        drawn = max(1, round(rng.expovariate(1 / mean_output)))
+        workload.append(Request(ids, min(drawn, max_model_len - len(ids))))
+    return workload
+
+
+def new_engine(model: Llama, eos_ids, args, policy: str, pad_finished: bool = True) -> LLMEngine:
+    return LLMEngine(model, eos_ids, args.kv_bytes, args.page_size, args.max_batch,
+                     settings.MAX_MODEL_LEN, policy, pad_finished, seed=args.seed)
+
+
+# --- part 1: correct -------------------------------------------------------------------------
+def check_correctness(model: Llama, eos_ids, hf_model, tokenizer, args) -> dict:
+    """All prompts through the engine at once, each through transformers alone; greedy."""
+    import torch
+
+    prompts = [tokenizer(p)["input_ids"] for p in CHECK_PROMPTS]
+    eng = new_engine(model, eos_ids, args, "continuous")
+    seqs = [eng.add_request(ids, CHECK_TOKENS, min_tokens=CHECK_TOKENS) for ids in prompts]
+    eng.run()
+    mismatches = []
+    for i, (ids, seq) in enumerate(zip(prompts, seqs)):
+        with torch.inference_mode():
+            out = hf_model.generate(torch.tensor([ids]), max_new_tokens=CHECK_TOKENS,
+                                    min_new_tokens=CHECK_TOKENS, do_sample=False,
+                                    pad_token_id=tokenizer.eos_token_id, output_logits=True,
+                                    return_dict_in_generate=True)
+        reference = out.sequences[0, len(ids):].tolist()
+        if reference != seq.output_ids:
+            pos = next(p for p, (a, b) in enumerate(zip(reference, seq.output_ids)) if a != b)
+            top2 = out.logits[pos][0].float().topk(2).values.tolist()
+            mismatches.append({"request": i, "position": pos, "engine": seq.output_ids[pos],
+                               "transformers": reference[pos], "top2_margin": top2[0] - top2[1]})
+    return {"num_prompts": len(prompts), "prompt_tokens": [len(p) for p in prompts],
+            "new_tokens": CHECK_TOKENS, "num_identical": len(prompts) - len(mismatches),
+            "mismatches": mismatches, "steps": len(eng.steps)}
+
+
+# --- part 2: static vs continuous ------------------------------------------------------------
+@dataclass
+class PolicyRun:
+    label: str
+    tokens_per_s: float
+    seconds: float
+    num_tokens: int
+    mean_latency_s: float
+    p95_latency_s: float
+    mean_ttft_s: float
+    num_steps: int
+    slot_utilization: float    # generated tokens / (batch slots x steps)
+    peak_pages: int            # pages in use at the peak
+    contiguous_pages: int      # what reserving max_model_len per running request would hold
+    num_preemptions: int
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
+
+
+def run_policy(model: Llama, eos_ids, workload: list[Request], args, label: str, policy: str,
+               pad_finished: bool = True) -> tuple[PolicyRun, LLMEngine]:
+    eng = new_engine(model, eos_ids, args, policy, pad_finished)
+    start = time.perf_counter()
+    for r in workload:
+        eng.add_request(r.prompt_ids, r.num_output, min_tokens=r.num_output,
+                        temperature=settings.TEMPERATURE)
+    seqs = eng.run()
+    seconds = time.perf_counter() - start
+    num_tokens = sum(len(s.output_ids) for s in seqs)
+    pages_per_request = kv.cdiv(settings.MAX_MODEL_LEN, args.page_size)
+    return PolicyRun(
+        label, num_tokens / seconds, seconds, num_tokens,
+        statistics.mean(s.latency_s for s in seqs), p95([s.latency_s for s in seqs]),
+        statistics.mean(s.ttft_s for s in seqs), len(eng.steps),
+        num_tokens / (args.max_batch * len(eng.steps)),
+        max(st.num_pages_used for st in eng.steps),
+        max(st.num_rows for st in eng.steps) * pages_per_request,
+        eng.scheduler.num_preemptions), eng
+
+
+# --- part 3: the real thing ------------------------------------------------------------------
+def run_hf_static(hf_model, tokenizer, workload: list[Request], max_batch: int) -> dict:
+    """transformers' generate in static batches of max_batch, left-padded; every row runs to the
+    batch's longest output, only each request's own tokens count."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    start = time.perf_counter()
+    for i in range(0, len(workload), max_batch):
+        batch = workload[i:i + max_batch]
+        longest = max(r.num_output for r in batch)
+        inputs = tokenizer.pad({"input_ids": [r.prompt_ids for r in batch]}, return_tensors="pt")
+        with torch.inference_mode():
+            hf_model.generate(**inputs, max_new_tokens=longest, min_new_tokens=longest,
+                              do_sample=True, temperature=settings.TEMPERATURE,
+                              pad_token_id=tokenizer.eos_token_id)
+    seconds = time.perf_counter() - start
+    num_tokens = sum(r.num_output for r in workload)
+    return {"seconds": seconds, "num_tokens": num_tokens, "tokens_per_s": num_tokens / seconds}
+
+
+def run_vllm(model_path: str, dtype: str, workload: list[Request], max_batch: int) -> dict:
+    """vllm.LLM with the lab's settings and the same batch cap; one untimed warm-up."""
+    import torch
+
+    eng = engine.start_engine(model_path, dtype, max_num_seqs=max_batch)   # sets vLLM's env first
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    eng.llm.generate([TokensPrompt(prompt_token_ids=workload[0].prompt_ids)],
+                     SamplingParams(max_tokens=4), use_tqdm=False)
+    prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in workload]
+    params = [SamplingParams(temperature=settings.TEMPERATURE, max_tokens=r.num_output,
+                             min_tokens=r.num_output) for r in workload]
+    start = time.perf_counter()
+    outputs = eng.llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    num_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    capacity = engine.engine_capacity(eng)
+    return {"seconds": seconds, "num_tokens": num_tokens, "tokens_per_s": num_tokens / seconds,
+            "threads": torch.get_num_threads(), "settings": eng.settings,
+            "block_size": capacity.block_size, "num_blocks": capacity.num_blocks}
+
+
+# --- part 4: where the step time goes --------------------------------------------------------
+def mean_phases(steps) -> dict:
+    """Mean seconds per phase (and per step) over these steps."""
+    return {**{p: statistics.mean(s.phases[p] for s in steps) for p in PHASES},
+            "step": statistics.mean(s.seconds for s in steps), "num_steps": len(steps)}
+
+
+def phase_split(model: Llama, eos_ids, workload: list[Request], cont_engine: LLMEngine,
+                args) -> dict:
+    """Decode steps only (one new token per row): batch 1 from a one-request run, the cap from
+    the continuous run's full steps (the fullest it had, if it never filled the cap)."""
+    eng = new_engine(model, eos_ids, args, "continuous")
+    eng.add_request(workload[0].prompt_ids, min(24, settings.MAX_MODEL_LEN
+                                                 - len(workload[0].prompt_ids)), min_tokens=24)
+    eng.run()
+    decode = [s for s in cont_engine.steps if s.num_tokens == s.num_rows]
+    fullest = max(s.num_rows for s in decode)
+    return {"1": mean_phases(eng.steps[1:]),
+            str(fullest): mean_phases([s for s in decode if s.num_rows == fullest])}
+
+
+def machine_figures(model: Llama, dtype: str, batches: list[int]) -> dict:
+    """Bandwidth (results/machine.json when saved, else measured now) and the kernel floor of
+    the model's own weight shapes at these batch sizes (measured now, a few seconds)."""
+    threads = settings.num_cores()
+    saved = results.load("machine")
+    bandwidth = saved["bandwidth_bytes_s"] if saved else \
+        rl.measure_machine(threads).bandwidth_bytes_s
+    cost = rl.model_cost(model.config, dtype, settings.DTYPE_BYTES[dtype])
+    floor = rl.measure_kernel_floor(model.config, dtype, threads, batches)
+    return {"bandwidth_bytes_s": bandwidth, "weight_bytes": cost.weight_bytes,
+            "weight_read_s": cost.weight_bytes / bandwidth,
+            "bandwidth_from": "results/machine.json" if saved else "measured now",
+            "kernel_floor_s": {str(b): s for b, s in floor.step_s.items()}}
+
+
+# --- the report ------------------------------------------------------------------------------
+def print_correctness(c: dict) -> None:
+    report.section(f"1. CORRECT: {c['num_prompts']} prompts vs transformers (greedy, fp32)")
+    report.row("Prompt lengths (tokens)", ", ".join(map(str, c["prompt_tokens"])))
+    report.row("New tokens each", f"{c['new_tokens']} (EOS held off, as min_new_tokens)")
+    report.row("Identical to transformers", f"{c['num_identical']}/{c['num_prompts']} "
+                                            f"(every token, in {c['steps']} engine steps)")
+    for m in c["mismatches"]:
+        report.note(f"DIFFERS: request {m['request']} at new token {m['position']}: engine "
+                    f"{m['engine']}, transformers {m['transformers']}; top-2 logit margin "
+                    f"there {m['top2_margin']:.2e}", indent=2)
+
+
+def print_policies(runs: list[PolicyRun], args, workload: list[Request]) -> None:
+    lengths = [r.num_output for r in workload]
+    report.section(f"2. STATIC vs CONTINUOUS BATCHING ({len(workload)} requests)")
+    report.row("Output lengths (tokens)", f"mean {statistics.mean(lengths):.1f}, min "
+               f"{min(lengths)}, max {max(lengths)} (exponential, seed {args.seed})")
+    report.row("Batch cap, page size", f"{args.max_batch} requests, {args.page_size} tokens")
+    headers = ["", *[r.label for r in runs]]
+    widths = [23] + [42 // len(runs)] * len(runs)
+    rows = [("Tokens/s", *(f"{r.tokens_per_s:.1f}" for r in runs)),
+            ("Time (s)", *(f"{r.seconds:.1f}" for r in runs)),
+            ("Latency mean (s)", *(f"{r.mean_latency_s:.2f}" for r in runs)),
+            ("Latency p95 (s)", *(f"{r.p95_latency_s:.2f}" for r in runs)),
+            ("TTFT mean (s)", *(f"{r.mean_ttft_s:.2f}" for r in runs)),
+            ("Steps", *(r.num_steps for r in runs)),
+            ("Slot utilisation", *(f"{100 * r.slot_utilization:.0f}%" for r in runs)),
+            ("Peak pages in use", *(r.peak_pages for r in runs)),
+            ("  if contiguous", *(r.contiguous_pages for r in runs)),
+            ("Preemptions", *(r.num_preemptions for r in runs))]
+    report.table(headers, rows, widths)
+    report.note(f"Slot utilisation = generated tokens / ({args.max_batch} slots x steps); "
+                f"contiguous = rows x {kv.cdiv(settings.MAX_MODEL_LEN, args.page_size)} pages "
+                f"({settings.MAX_MODEL_LEN} tokens)")
+
+
+def print_real_thing(ours: PolicyRun, vllm: dict | None, hf: dict | None, args) -> None:
+    report.section("3. AGAINST THE REAL THING (same workload, same cap)")
+    rows = [("mini_engine, continuous", f"{ours.tokens_per_s:.1f}", f"{ours.seconds:.1f}")]
+    if vllm:
+        rows.append(("vLLM LLM.generate", f"{vllm['tokens_per_s']:.1f}", f"{vllm['seconds']:.1f}"))
+    if hf:
+        rows.append(("transformers, static", f"{hf['tokens_per_s']:.1f}", f"{hf['seconds']:.1f}"))
+    report.table(["Engine", "Tokens/s", "Time (s)"], rows, widths=[30, 17, 18])
+    if vllm:
+        report.row("This engine / vLLM", f"{ours.tokens_per_s / vllm['tokens_per_s']:.2f}x")
+        report.row("vLLM ran", f"block size {vllm['block_size']}, {vllm['num_blocks']} blocks, "
+                               f"max_num_seqs {args.max_batch}, {vllm['threads']} threads")
+
+
+def print_phases(split: dict, machine: dict) -> None:
+    report.section("4. WHERE THE STEP TIME GOES (decode steps, ms)")
+    batches = list(split)
+    report.table(["Phase", *(f"batch {b}" for b in batches)],
+                 [*((PHASE_LABELS[p], *(f"{1000 * split[b][p]:.1f}" for b in batches))
+                    for p in PHASES),
+                  ("whole step", *(f"{1000 * split[b]['step']:.1f}" for b in batches)),
+                  ("kernel floor (matmuls alone)",
+                   *(f"{1000 * machine['kernel_floor_s'][b]:.1f}" for b in batches)),
+                  ("one read of the weights",
+                   *(f"{1000 * machine['weight_read_s']:.1f}" for _ in batches))],
+                 widths=[33, 16, 16])
+    report.note(f"Weights {machine['weight_bytes'] / 1e6:,.0f} MB at "
+                f"{machine['bandwidth_bytes_s'] / 1e9:.1f} GB/s ({machine['bandwidth_from']}); "
+                "kernel floor: q, k, v, o, gate, up, down and the LM head timed alone, "
+                "unfused")
+
+
+def insights(correct: dict, runs: dict, ours: PolicyRun, vllm: dict | None, split: dict,
+             machine: dict) -> list[str]:
+    """Each line chosen from what this run measured."""
+    lines = []
+    n, ok = correct["num_prompts"], correct["num_identical"]
+    lines.append(f"Paged KV cache + batching from scratch: {ok}/{n} prompts token-identical to "
+                 "transformers" + ("" if ok == n else " - the differing ones are listed above "
+                                   "with their logit margin"))
+    if "static" in runs and "continuous" in runs:
+        static, cont = runs["static"], runs["continuous"]
+        ratio = cont.tokens_per_s / static.tokens_per_s
+        idle = 100 * (1 - static.slot_utilization)
+        verb = "made" if ratio >= 1 else "made only"
+        lines.append(f"Continuous batching {verb} {ratio:.2f}x static's tokens/s: static kept "
+                     f"{idle:.0f}% of its slot-steps idle or padding, continuous "
+                     f"{100 * (1 - cont.slot_utilization):.0f}%")
+        if "static no-pad" in runs:
+            nopad = runs["static no-pad"]
+            lines.append(f"Of that, {nopad.tokens_per_s / static.tokens_per_s:.2f}x came from not "
+                         f"computing finished rows and {cont.tokens_per_s / nopad.tokens_per_s:.2f}x "
+                         "from refilling their slots at the next step")
+    lines.append(f"Paging held at most {ours.peak_pages} pages where reserving max_model_len "
+                 f"per running request would have held {ours.contiguous_pages}")
+    cap = max(split, key=int)
+    matmul_ms, floor_ms = 1000 * split[cap]["matmul"], 1000 * machine["kernel_floor_s"][cap]
+    share = f"matmuls are {100 * split[cap]['matmul'] / split[cap]['step']:.0f}% of its step " \
+            f"at batch {cap}"
+    if vllm:
+        lines.append(f"This engine ran at {ours.tokens_per_s / vllm['tokens_per_s']:.2f}x vLLM's "
+                     f"tokens/s on the same workload; {share}")
+    if matmul_ms < floor_ms:
+        lines.append(f"Its matmuls ({matmul_ms:.0f} ms) beat the kernel floor timed through "
+                     f"F.linear ({floor_ms:.0f} ms): the same products, fused and handed to "
+                     "the library as (W @ x.T), which it runs faster on skinny batches")
+    elif not vllm:
+        lines.append(f"The matmul library bounds the step: {share}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    model_choice = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+    config = engine.load_config(model_choice.path)
+    for name in ("float32", dtype.dtype):   # the budget must hold one full request
+        bpt = kv.ModelKV.from_config(config, name, settings.DTYPE_BYTES[name]).bytes_per_token
+        need = kv.cdiv(settings.MAX_MODEL_LEN, args.page_size) * args.page_size * bpt
+        if args.kv_bytes < need:
+            cli.fail(f"--kv-bytes {args.kv_bytes:,} cannot hold one request of "
+                     f"{settings.MAX_MODEL_LEN} tokens ({need:,} B in {name})")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(settings.num_cores())
+    report.title("Task 9: Build the Engine Yourself")
+    report.run_info(model_choice, dtype, torch.get_num_threads(),
+                    Engine=f"mini_engine, max_model_len={settings.MAX_MODEL_LEN}, "
+                           f"KV {args.kv_bytes:,} B, pages of {args.page_size}, "
+                           f"batch cap {args.max_batch}")
+    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
+    eos_ids = eos_token_ids(model_choice.path)
+
+    start = time.perf_counter()
+
+    def progress(text: str) -> None:   # one line per part, with the time since the start
+        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
+
+    progress("Part 1: the engine against transformers, greedy...")
+    model = Llama(model_choice.path, "float32")
+    hf_model = AutoModelForCausalLM.from_pretrained(model_choice.path, dtype=torch.float32).eval()
+    correct = check_correctness(model, eos_ids, hf_model, tokenizer, args)
+    if dtype.dtype != "float32":   # parts 2-4 run the lab's dtype
+        model = Llama(model_choice.path, dtype.dtype)
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            model_choice.path, dtype=engine.torch_dtype(dtype.dtype)).eval()
+
+    workload = make_workload(tokenizer, args.requests, args.mean_output, args.seed)
+    plans = {"static": [("static", "static", True), ("static no-pad", "static", False)],
+             "continuous": [("continuous", "continuous", True)]}
+    runs, cont_engine = {}, None
+    for label, policy, pad in [p for k, v in plans.items() if args.policy in (k, "both") for p in v]:
+        progress(f"Part 2: {label} batching...")
+        runs[label], eng = run_policy(model, eos_ids, workload, args, label, policy, pad)
+        cont_engine = eng if policy == "continuous" else cont_engine
+    best = runs.get("continuous") or runs["static"]
+
+    progress("Part 4: timing the phases of a step...")
+    split = phase_split(model, eos_ids, workload, cont_engine or eng, args)
+    machine = machine_figures(model, dtype.dtype, [int(b) for b in split])
+
+    vllm = hf = None
+    if not args.no_vllm:
+        progress("Part 3: transformers' generate, static batches...")
+        hf = run_hf_static(hf_model, tokenizer, workload, args.max_batch)
+        del hf_model, model
+        gc.collect()
+        progress("Part 3: vLLM's LLM.generate...")
+        vllm = run_vllm(model_choice.path, dtype.dtype, workload, args.max_batch)
+    progress("done")
+
+    print_correctness(correct)
+    print_policies(list(runs.values()), args, workload)
+    if "static" in runs and "continuous" in runs:
+        report.row("Continuous / static", f"{runs['continuous'].tokens_per_s / runs['static'].tokens_per_s:.2f}x tokens/s")
+    if not args.no_vllm:
+        print_real_thing(best, vllm, hf, args)
+    print_phases(split, machine)
+    report.insight(insights(correct, runs, best, vllm, split, machine))
+
+    data = {"model": model_choice.name, "model_source": model_choice.source,
+            "model_path": model_choice.path, "dtype": dtype.dtype, "dtype_reason": dtype.reason,
+            "threads": torch.get_num_threads(),
+            "settings": {"requests": args.requests, "mean_output": args.mean_output,
+                         "seed": args.seed, "max_batch": args.max_batch,
+                         "page_size": args.page_size, "kv_bytes": args.kv_bytes,
+                         "max_model_len": settings.MAX_MODEL_LEN, "policy": args.policy,
+                         "temperature": settings.TEMPERATURE},
+            "correctness": correct,
+            "workload_output_lengths": [r.num_output for r in workload],
+            "policies": {label: asdict(r) for label, r in runs.items()},
+            "phases": split, "machine": machine, "vllm": vllm, "transformers_static": hf}
+    if "static" in runs and "continuous" in runs:
+        data["continuous_over_static"] = runs["continuous"].tokens_per_s / runs["static"].tokens_per_s
+    if vllm:
+        data["engine_over_vllm"] = best.tokens_per_s / vllm["tokens_per_s"]
+    print(f"Saved: {results.save(SCRIPT, data)}")
+    return data
+
+
+if __name__ == "__main__":
+    cli.run(main)

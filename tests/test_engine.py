@@ -1,0 +1,156 @@
+"""Task 9's engine, built from scratch: token for token against transformers (tiny model and the
+real one), under preemption, the two batching policies on a workload worked out by hand, and
+task 9 end to end. Counts and tokens are asserted, never times."""
+from __future__ import annotations
+
+from argparse import Namespace
+
+import pytest
+
+import task_9_build_your_own_engine as task9
+from common import settings
+from mini_engine import LLMEngine, Llama, State
+from mini_engine.engine import eos_token_ids
+from tests.conftest import run_script, saved_result
+
+
+def engine_args(**overrides) -> Namespace:
+    return Namespace(**{"kv_bytes": settings.KV_CACHE_BYTES, "page_size": 16, "max_batch": 16,
+                        "seed": 0, **overrides})
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    """(folder, our model, transformers' model, tokenizer), fp32."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    return tiny_model, Llama(tiny_model), hf, AutoTokenizer.from_pretrained(tiny_model)
+
+
+def test_check_prompts_differ_in_length(tiny):
+    tokenizer = tiny[3]
+    lengths = [len(tokenizer(p)["input_ids"]) for p in task9.CHECK_PROMPTS]
+    assert len(lengths) >= 8 and len(set(lengths)) == len(lengths)
+
+
+def test_identical_to_transformers_on_the_tiny_model(tiny):
+    folder, model, hf, tokenizer = tiny
+    c = task9.check_correctness(model, eos_token_ids(folder), hf, tokenizer, engine_args())
+    assert c["mismatches"] == [] and c["num_identical"] == c["num_prompts"] == 8
+    assert c["steps"] == task9.CHECK_TOKENS     # all 8 prefilled in one step, then decoded together
+
+
+@pytest.mark.real_model
+def test_identical_to_transformers_on_the_real_model(real_model):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(real_model.path, dtype=torch.float32).eval()
+    c = task9.check_correctness(Llama(real_model.path), eos_token_ids(real_model.path), hf,
+                                AutoTokenizer.from_pretrained(real_model.path), engine_args())
+    assert c["mismatches"] == [] and c["num_identical"] == 8
+
+
+def test_identical_under_preemption_and_every_page_comes_back(tiny):
+    """A pool of 10 pages (one full request of 128 tokens needs 8) for 8 requests of up to
+    29 + 32 tokens (2-4 pages each): the scheduler must preempt and recompute."""
+    import torch
+
+    folder, model, hf, tokenizer = tiny
+    page_bytes = model.kv_bytes_per_token * 16
+    eng = LLMEngine(model, eos_token_ids(folder), kv_bytes=10 * page_bytes, page_size=16,
+                    max_batch=8)
+    prompts = [tokenizer(p)["input_ids"] for p in task9.CHECK_PROMPTS]
+    seqs = [eng.add_request(ids, 32, min_tokens=32) for ids in prompts]
+    while eng.scheduler.has_work:
+        eng.step()
+        held = [page for s in eng.scheduler.running for page in s.page_table]
+        assert len(held) == len(set(held)), "a page held by two requests"
+        assert not set(held) & set(eng.block_manager.allocator.free_pages)
+        assert len(held) + eng.block_manager.num_free == 10
+    assert eng.scheduler.num_preemptions > 0
+    assert sum(s.num_preemptions for s in seqs) == eng.scheduler.num_preemptions
+    assert eng.block_manager.num_free == 10
+    for ids, seq in zip(prompts, seqs):
+        assert seq.state is State.FINISHED and seq.page_table == []
+        ref = hf.generate(torch.tensor([ids]), max_new_tokens=32, min_new_tokens=32,
+                          do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        assert seq.output_ids == ref[0, len(ids):].tolist()
+
+
+@pytest.mark.parametrize("policy, pad, rows", [
+    # lengths 8, 1, 1, 1 in arrival order, cap 2, one token per live request per step:
+    # static runs [8, 1] for 8 steps (the finished one as padding), then [1, 1]: 9 steps
+    ("static", True, [2] * 8 + [2]),
+    # finished rows dropped from the compute, but no one admitted before the batch ends
+    ("static", False, [2] + [1] * 7 + [2]),
+    # continuous refills the slot of each 1-token request at the next step: 8 steps
+    ("continuous", True, [2, 2, 2, 1, 1, 1, 1, 1]),
+])
+def test_policies_on_a_workload_worked_out_by_hand(tiny, policy, pad, rows):
+    folder, model, _, tokenizer = tiny
+    eng = LLMEngine(model, eos_token_ids(folder), settings.KV_CACHE_BYTES, page_size=16,
+                    max_batch=2, policy=policy, pad_finished=pad)
+    prompt = tokenizer("Hello there")["input_ids"]
+    seqs = [eng.add_request(prompt, n, min_tokens=n) for n in (8, 1, 1, 1)]
+    eng.run()
+    assert [s.num_rows for s in eng.steps] == rows
+    assert max(s.num_rows for s in eng.steps) <= 2
+    assert [len(s.output_ids) for s in seqs] == [8, 1, 1, 1]
+    assert [s.num_live for s in eng.steps] == ([2] + [1] * 7 + [2] if policy == "static"
+                                                else rows)
+    assert eng.block_manager.num_free == eng.num_pages
+
+
+def test_workload_is_seeded_and_fits(tiny):
+    tokenizer = tiny[3]
+    a = task9.make_workload(tokenizer, 48, 32, seed=0)
+    assert a == task9.make_workload(tokenizer, 48, 32, seed=0)
+    assert a != task9.make_workload(tokenizer, 48, 32, seed=1)
+    assert all(1 <= r.num_output and len(r.prompt_ids) + r.num_output <= 128 for r in a)
+
+
+@pytest.mark.engine
+def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
+    proc = run_script("task_9_build_your_own_engine.py", "--model", tiny_model,
+                      "--dtype", "float32", "--requests", "6", "--max-batch", "3",
+                      "--mean-output", "6", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = saved_result("task_9_build_your_own_engine")
+    assert r["correctness"]["num_identical"] == 8 and r["correctness"]["mismatches"] == []
+    lengths = r["workload_output_lengths"]
+    assert len(lengths) == 6
+    policies = r["policies"]
+    assert set(policies) == {"static", "static no-pad", "continuous"}
+    for p in policies.values():
+        assert p["num_tokens"] == sum(lengths) and p["num_preemptions"] == 0
+        assert p["slot_utilization"] == pytest.approx(sum(lengths) / (3 * p["num_steps"]))
+    # static runs each batch of 3 to its longest request; continuous needs no more steps
+    static_steps = max(lengths[:3]) + max(lengths[3:])
+    assert policies["static"]["num_steps"] == policies["static no-pad"]["num_steps"] == static_steps
+    assert policies["continuous"]["num_steps"] <= static_steps
+    assert r["vllm"]["num_tokens"] == r["transformers_static"]["num_tokens"] == sum(lengths)
+    assert r["vllm"]["settings"]["max_num_seqs"] == 3
+    assert r["engine_over_vllm"] == pytest.approx(
+        policies["continuous"]["tokens_per_s"] / r["vllm"]["tokens_per_s"])
+    assert set(r["phases"]) == {"1", "3"}
+    assert "8/8 (every token" in proc.stdout
+    assert [line for line in proc.stdout.splitlines()
+            if len(line) > 65 and not line.startswith("Saved: ")] == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--requests", "0"], "'0' must be greater than 0"),
+    (["--max-batch", "-1"], "'-1' must be greater than 0"),
+    (["--mean-output", "x"], "'x' is not a whole number"),
+    (["--page-size", "48"], "--page-size 48 does not divide max_model_len 128"),
+    (["--policy", "fifo"], "invalid choice: 'fifo'"),
+    (["--kv-bytes", "1000"], "--kv-bytes 1,000 cannot hold one request of 128 tokens"),
+])
+def test_bad_flags_are_one_line_and_exit_2(tiny_model, args, message):
+    proc = run_script("task_9_build_your_own_engine.py", "--model", tiny_model, *args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.lab-setup-done
 
-.PHONY: setup lab summary dashboard test model stop bench browser clean
+.PHONY: setup lab summary dashboard test model stop bench bench-server browser clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,11 @@ stop:
 # Task 6's load against vLLM's own `vllm bench serve` on the same server (see README).
 bench: setup
 	$(PY) benchmarks/cross_check.py
+
+# The server's knobs side by side, one server per configuration, the same streamed load
+# (benchmarks/server_configs.py; about 10 minutes on 2 cores): results/server_configs.json.
+bench-server: setup
+	$(PY) benchmarks/server_configs.py
 
 # Task 8's browser test needs Debian's chromium and its matching chromedriver.
 browser:

@@ -4,20 +4,22 @@ one-snapshot form, each run as a learner runs it, one after another, then the su
 Each step's wall time and peak memory (PSS of the script, its children and the lab's vLLM server,
 which tasks 5-8 share) are measured and saved to results/lab_run.json, for the summary. A lab
 server left from an earlier run is stopped first, so task 5 starts one and every step is measured
-from the same clean state. The lab stops at the first step that fails. The vLLM server stays up
-at the end for the dashboard (`make stop`); on Ctrl-C it is stopped.
+from the same clean state. The lab stops at the first step that fails, says which, stops the
+vLLM server and exits 1. The server stays up at the end for the dashboard (`make stop`); on Ctrl-C
+it is stopped. Task 8's snapshot is taken while 20 requests run on the server task 7 left.
 
     python lab.py [--port 8000]
 """
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
 import time
 
 import summary
-from common import cli, memory, results, server, settings
+from common import cli, memory, report, results, server, settings
 
 SCRIPT = "lab_run"
 
@@ -28,19 +30,34 @@ def steps(port: int) -> list[list[str]]:
             ["task_5_api_server.py", "--port", str(port)],
             ["task_6_multi_user_load.py", "--port", str(port)],
             ["task_7_tuning.py", "--port", str(port)],
-            ["task_8_dashboard.py", "--once", "--server-port", str(port)]]
+            # the snapshot while 20 requests run, so it shows a batch, not an idle server
+            ["task_8_dashboard.py", "--once", "--load", "20", "--server-port", str(port)],
+            ["task_9_build_your_own_engine.py"]]
 
 
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                         help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
+    # For the tests (not in --help): run only these steps, comma-separated: a script of the lab's
+    # list runs with its usual arguments, any other path runs as it is (e.g. one that fails).
+    parser.add_argument("--steps", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def chosen_steps(port: int, names: str | None) -> list[list[str]]:
+    """The lab's steps, or only those named by --steps (see parse_args)."""
+    commands = steps(port)
+    if names is None:
+        return commands
+    by_script = {command[0]: command for command in commands}
+    return [by_script.get(name, [name]) for name in names.split(",")]
 
 
 def run_step(command: list[str], port: int) -> dict:
     """Run one script (its report goes straight to the terminal) and measure it."""
-    print(f"\n>>> python {' '.join(command)}", flush=True)
+    print()
+    report.note(f">>> python {' '.join(command)}", hang=4)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, *command], cwd=settings.REPO_DIR)
     with memory.PeakMemory(proc.pid, server_port=port) as peak:
@@ -58,10 +75,10 @@ def run_step(command: list[str], port: int) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if server.stop_server(args.port):
-        print(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the lab "
-              f"measures every step from a clean start.")
+        report.note(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the "
+                    f"lab measures every step from a clean start.")
     start = time.perf_counter()
-    commands, done = steps(args.port), []
+    commands, done = chosen_steps(args.port, args.steps), []
     try:
         for command in commands:
             done.append(run_step(command, args.port))
@@ -75,13 +92,16 @@ def main(argv: list[str] | None = None) -> dict:
             and len(done) == len(commands)}
     results.save(SCRIPT, data)
     if not data["completed"]:
+        stopped = server.stop_server(args.port)   # a failed lab leaves nothing running
         cli.fail(f"{done[-1]['script']} exited with code {done[-1]['exit_code']}; the lab stops "
-                 f"here (its output is above)", code=1)
+                 f"here (its output is above)"
+                 + (f"; the vLLM server it started on :{args.port} is stopped" if stopped else ""),
+                 code=1)
     print()
     summary.main(["--measure"])
     stop = "make stop" if args.port == settings.SERVER_PORT else \
         f"python -m common.server stop --port {args.port}"
-    print(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
+    report.note(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
     return data
 
 

@@ -1,10 +1,13 @@
 """The lab's summary: the source's closing table (its section 10), built from what the scripts
 measured and saved in results/*.json, with the model, dtype, cores and date they ran with; the
-roofline of this machine that explains tasks 1, 2 and 6; and, after `make lab`, how long each
-step took and its peak memory (every process included, the vLLM server too).
+roofline of this machine that explains tasks 1, 2 and 6, each measured step placed on three
+rungs (the physical ceiling, the kernel floor of the model's own matmuls, the step); and, after
+`make lab`, how long each step took and its peak memory (every process included, the vLLM
+server too).
 
     python summary.py                 # the roofline from results/machine.json (measured once)
-    python summary.py --measure       # measure this machine again first (a few seconds)
+    python summary.py --measure       # measure this machine and the kernel floor again first
+                                      # (a few seconds)
     python summary.py --no-roofline   # only the saved results
 
 The machine's figures are measured once (`make lab` does it) and saved beside the results, so a
@@ -16,13 +19,14 @@ import json
 import socket
 from dataclasses import asdict
 
-from common import cli, report, results, settings
+from common import cli, memory, report, results, settings
 from common import roofline as rl
 
 SCRIPT = "summary"
 STEPS = ["verify_environment", "task_1_hf_baseline", "task_2_vllm_inference",
          "task_3_kv_cache_problem", "task_4_paged_attention", "task_5_api_server",
-         "task_6_multi_user_load", "task_7_tuning", "task_8_dashboard"]
+         "task_6_multi_user_load", "task_7_tuning", "task_8_dashboard",
+         "task_9_build_your_own_engine"]
 MEMORY_BUDGET_BYTES = 3.5e9   # the source ran in a 4 GB VM; the lab keeps 0.5 GB for the OS
 GB = 1e9
 
@@ -31,7 +35,8 @@ def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--measure", action="store_true",
-                       help="measure this machine's bandwidth and matmul throughput again")
+                       help="measure this machine's bandwidth, matmul throughput and the "
+                            "model's kernel floor again")
     group.add_argument("--no-roofline", action="store_true", help="leave the roofline out")
     return parser.parse_args(argv)
 
@@ -55,9 +60,20 @@ def table_rows(res: dict[str, dict]) -> list[tuple[str, str, str]]:
         return " / ".join(f"{c['label'][0]} {c['throughput_tok_s']:.1f}" for c in r["configs"]) \
             + " tok/s"
 
-    def dashboard(r):
-        s = r["snapshot"]
-        return f"{s['generation_tokens']:,.0f} tokens, {s['e2e_count']:,.0f} requests counted"
+    def dashboard(r):   # what task 8's snapshot showed: the batch, what waited, the KV cache
+        s, interval = r["snapshot"], r["last_interval"]
+        sent = f"{r['load']['sent']} sent: " if r.get("load") else ""
+        kv = "" if s["kv_usage"] is None else f", KV {100 * s['kv_usage']:.0f}%"
+        return (f"{sent}{s['running']} running, {s['waiting']} waiting, "
+                f"{interval['tokens_per_s']:.1f} tok/s{kv}")
+
+    def own_engine(r):   # task 9: continuous vs static on the same engine, engine vs vLLM
+        parts = [f"{r['correctness']['num_identical']}/{r['correctness']['num_prompts']} = HF"]
+        if "continuous_over_static" in r:
+            parts.append(f"{r['continuous_over_static']:.2f}x static")
+        if "engine_over_vllm" in r:
+            parts.append(f"{r['engine_over_vllm']:.2f}x vLLM")
+        return ", ".join(parts)
 
     def peak(r):
         top = max(r["levels"], key=lambda lv: lv["throughput_tok_s"])
@@ -81,6 +97,7 @@ def table_rows(res: dict[str, dict]) -> list[tuple[str, str, str]]:
         ("6", "Concurrent users", get("task_6_multi_user_load", peak)),
         ("7", "Parameter tuning", get("task_7_tuning", tuning)),
         ("8", "Dashboard over /metrics", get("task_8_dashboard", dashboard)),
+        ("9", "Engine built from scratch", get("task_9_build_your_own_engine", own_engine)),
     ]
 
 
@@ -118,19 +135,33 @@ def step_ms(level: dict) -> float:
     return 1000 * level["users"] / level["throughput_tok_s"]
 
 
-def roofline(res: dict[str, dict], cost: rl.ModelCost, machine: rl.Machine, context: int) -> dict:
-    """Tasks 1, 2 and 6 placed under this machine's ceilings (every figure from the inputs).
-    Time per decode step: 1000 / tok/s for one request; for the server, task 6's measured time
-    per output token (TPOT), which is the step time while a batch decodes."""
+def floor_batches(res: dict[str, dict]) -> list[int]:
+    """The batch sizes the measured steps ran: 1 (tasks 1, 2, task 6's one user) and task 6's
+    largest level."""
+    users = [lv["users"] for lv in res.get("task_6_multi_user_load", {}).get("levels", [])
+             if lv.get("throughput_tok_s")]
+    return sorted({1, max(users)}) if users else [1]
+
+
+def roofline(res: dict[str, dict], cost: rl.ModelCost, machine: rl.Machine, context: int,
+             floor: rl.KernelFloor | None = None) -> dict:
+    """Tasks 1, 2 and 6 placed under this machine's ceilings (every figure from the inputs), and,
+    with the kernel floor, every measured step on three rungs (rl.attribute_step).
+    Time per decode step: total time / generated tokens for one request; for the server, task 6's
+    measured time per output token (TPOT), which is the step time while a batch decodes."""
     single = rl.ceiling(cost, machine, 1, context)
     top = rl.compute_ceiling(cost, machine, context)
     placed = {}
     for step, label in (("task_1_hf_baseline", "HF, 1 request"),
                         ("task_2_vllm_inference", "vLLM, 1 request")):
         if res.get(step, {}).get("tokens_per_s"):
-            tps = res[step]["tokens_per_s"]
+            r = res[step]
+            tps = r["tokens_per_s"]
+            # the saved tok/s is rounded: the step from the unrounded time where it is saved
+            ms = (1000 * r["total_time_s"] / r["generated_tokens"]
+                  if r.get("total_time_s") and r.get("generated_tokens") else 1000 / tps)
             placed[step] = {"label": label, "users": 1, "tokens_per_s": tps,
-                            "step_ms": 1000 / tps, "step_from": "1000 / tok/s",
+                            "step_ms": ms, "step_from": "time / tokens",
                             "pct_of_bandwidth_ceiling": 100 * tps / single["tokens_per_s"]}
     levels = [lv for lv in res.get("task_6_multi_user_load", {}).get("levels", [])
               if lv.get("throughput_tok_s")]
@@ -148,7 +179,19 @@ def roofline(res: dict[str, dict], cost: rl.ModelCost, machine: rl.Machine, cont
         if one["users"] == 1 and lv["users"] > 1:
             placed["task_6_multi_user_load"]["one_user"] = {
                 "tokens_per_s": one["throughput_tok_s"], "step_ms": step_ms(one)}
-    return {"bandwidth_gb_s": machine.bandwidth_bytes_s / GB,
+    steps = [(p["label"], p["users"], p["step_ms"]) for p in placed.values()]
+    six = placed.get("task_6_multi_user_load", {})
+    if "one_user" in six:
+        steps.insert(-1, ("server, 1 user", 1, six["one_user"]["step_ms"]))
+    rungs = []
+    if floor is not None and floor.covers(cost, {users for _, users, _ in steps}):
+        for label, users, ms in steps:
+            # the ceiling's step: one read of the weights (+ KV) or the batch's FLOPs at peak
+            ceiling_ms = 1000 * users / rl.ceiling(cost, machine, users, context)["tokens_per_s"]
+            rungs.append({"label": label, "users": users,
+                          **rl.attribute_step(ceiling_ms, 1000 * floor.step_s[users], ms)})
+    return {"kernel_floor": asdict(floor) if floor else None, "rungs": rungs,
+            "bandwidth_gb_s": machine.bandwidth_bytes_s / GB,
             "matmul_gflop_s": {k: v / GB for k, v in machine.flops_s.items()},
             "matmul_n": machine.matmul_n, "threads": machine.threads,
             "dtype": cost.dtype, "context": context,
@@ -166,14 +209,15 @@ def print_roofline(r: dict, measured: str) -> None:
                      "min(peak compute, bandwidth x FLOPs per byte))")
     report.row("Machine figures", measured)
     report.row("Memory bandwidth (GB/s)", f"{r['bandwidth_gb_s']:.1f} (sum of a "
-               f"{rl.BANDWIDTH_MIB} MiB tensor, {r['threads']} threads, best of 5)")
+               f"{rl.BANDWIDTH_MIB} MiB tensor, {r['threads']} threads, best of "
+               f"{rl.BANDWIDTH_REPEATS})")
     sizes = r.get("matmul_n") or {}
     gflops = [f"{g:,.0f}" if g >= 100 else f"{g:.2g}"   # 0.3 where bf16 is not native
               for g in (r['matmul_gflop_s']['float32'], r['matmul_gflop_s']['bfloat16'])]
     report.row("Matmul fp32 / bf16 (GFLOP/s)", f"{gflops[0]} / {gflops[1]} (n x n products, n = "
                f"{sizes.get('float32', '?')} / {sizes.get('bfloat16', '?')})")
-    report.row("Model", f"{r['num_params']:,} parameters, {r['dtype']}, "
-                        f"mean context {r['context']} tokens")
+    report.row("Model size", f"{r['num_params']:,} parameters, {r['dtype']}, "
+                             f"mean context {r['context']} tokens")
     report.row("Bytes read per token (MB)", f"{r['bytes_per_token'] / 1e6:,.1f} (every weight "
                f"once per step, + its KV cache)")
     report.row("FLOPs per token (MFLOP)", f"{r['flops_per_token'] / 1e6:,.1f} (2 per weight, "
@@ -202,13 +246,7 @@ def print_roofline(r: dict, measured: str) -> None:
         report.paragraph(f"NOTE: {', '.join(above)} ran above its ceiling: the engine's kernels "
                          f"are faster than the benchmark's (e.g. a {r['dtype']} matmul without "
                          f"native support); read these ceilings as lower bounds.")
-    report.note(f"Time per decode step (ms), vs one read of the weights ({r['weight_read_ms']:.1f}):")
-    steps = [(p["label"], p["step_ms"], p["step_from"]) for p in r["placed"].values()]
     six = r["placed"].get("task_6_multi_user_load", {})
-    if "one_user" in six:
-        steps.insert(-1, ("server, 1 user", six["one_user"]["step_ms"], "measured TPOT"))
-    for label, step_ms, how in steps:
-        report.row(f"  {label}", f"{step_ms:.1f} ({how}), {step_ms / r['weight_read_ms']:.1f}x")
     text = ("One request reads every weight for each token it makes, so its speed is capped "
             "by memory bandwidth. A batch shares that read: each step reads the weights once "
             "for all its requests, so tokens/s grows with the batch until the matmuls, not the "
@@ -219,40 +257,97 @@ def print_roofline(r: dict, measured: str) -> None:
                  f"{six['step_ms']:.0f} ms for {six['users']}: "
                  f"{six['tokens_per_s'] / one['tokens_per_s']:.1f}x the tokens/s for "
                  f"{six['step_ms'] / one['step_ms']:.1f}x the step time.")
-    report.paragraph(text + " What is left below the ceilings is the engine's per-step work "
-                            "(scheduling, attention, sampling, HTTP), large next to a 135M model "
-                            "on 2 cores.")
+    report.paragraph(text)
+    print_rungs(r)
 
 
-def machine_figures(measure: bool) -> tuple[rl.Machine, str]:
-    """The machine's ceilings: saved in results/machine.json (measured once, on the machine the
-    lab ran on), or measured here now and saved."""
+def explain_rungs(rungs: list[dict]) -> str:
+    """Where the time below the ceilings goes, chosen per step from which gap is larger."""
+    def names(labels: list[str]) -> str:
+        return ", ".join(labels[:-1]) + " and " + labels[-1] if len(labels) > 1 else labels[0]
+
+    library = [g["label"] for g in rungs if g["larger_gap"] == "library"]
+    engine = [g["label"] for g in rungs if g["larger_gap"] == "engine"]
+    below = [g["label"] for g in rungs if g["engine_ms"] < 0]
+    text = []
+    if library:
+        text.append(f"{names(library)}: most of the time below the ceiling is the matmul library. "
+                    f"The model's own matmuls alone, on these skinny shapes (a few rows against "
+                    f"each weight), run far below this machine's square-matmul peak; the rest of "
+                    f"the step (attention, sampling, scheduling, HTTP) is the smaller part.")
+    if engine:
+        text.append(f"{names(engine)}: most of the time below the ceiling is the rest of the "
+                    f"step, beyond the matmuls (attention, sampling, the framework's Python; a "
+                    f"server's scheduling and HTTP); the model's matmuls alone are the smaller "
+                    f"part.")
+    if below:
+        text.append(f"{names(below)} ran faster than the floor: its engine multiplies with "
+                    f"kernels of its own, so read the floor as an upper bound there.")
+    return " ".join(text)
+
+
+def print_rungs(r: dict) -> None:
+    """Every measured step on three rungs: the ceiling, the kernel floor, the step."""
+    report.section("WHERE EACH STEP'S TIME GOES (ms per decode step)")
+    floor = r.get("kernel_floor")
+    if not r.get("rungs"):
+        report.paragraph("Kernel floor: not measured for this model, dtype and batch sizes. "
+                         "`python summary.py --measure`, on the machine the lab ran on, "
+                         "measures it with the machine's ceilings.")
+        return
+    report.table(["Step", "Ceiling", "Floor", "Measured", "Library gap", "Engine gap"],
+                 [(g["label"], f"{g['ceiling_ms']:.1f}", f"{g['floor_ms']:.1f}",
+                   f"{g['step_ms']:.1f}", f"{g['library_ms']:.0f} ({g['library_pct']:.0f}%)",
+                   f"{g['engine_ms']:.0f} ({g['engine_pct']:.0f}%)") for g in r["rungs"]],
+                 widths=[18, 8, 7, 9, 12, 11])
+    report.note("Ceiling: one read of the weights (+ KV) at the measured bandwidth, or the "
+                "batch's FLOPs at peak matmul, whichever takes longer.")
+    report.note(f"Floor: the model's own linear layers alone (q, k, v, o, gate, up, down per "
+                f"layer + LM head), torch {floor['dtype']}, {floor['threads']} threads, best of "
+                f"{rl.FLOOR_REPEATS}.")
+    report.note("Library gap = floor - ceiling; engine gap = measured - floor; % of the "
+                "measured step.")
+    report.paragraph(explain_rungs(r["rungs"]))
+
+
+def machine_figures(measure: bool, config: dict, dtype: str, batches: list[int]
+                    ) -> tuple[rl.Machine, rl.KernelFloor | None, str]:
+    """The machine's ceilings and the model's kernel floor: saved in results/machine.json
+    (measured once, on the machine the lab ran on), or measured here now and saved."""
     saved = results.load("machine")
     if saved and not measure:
         machine = rl.Machine(saved["bandwidth_bytes_s"], saved["flops_s"], saved["threads"],
                              saved.get("matmul_n"))
-        return machine, f"measured {saved['measured_at'][:16].replace('T', ' ')} on {saved['host']}"
+        floor = saved.get("kernel_floor")
+        if floor:   # JSON keys are strings: the batch sizes back to numbers
+            floor = rl.KernelFloor(**floor | {"step_s": {int(b): t for b, t in
+                                                         floor["step_s"].items()}})
+        return machine, floor, (f"measured {saved['measured_at'][:16].replace('T', ' ')} on "
+                                f"{saved['host']}")
     machine = rl.measure_machine(settings.num_cores())
-    results.save("machine", asdict(machine) | {"host": socket.gethostname(),
+    floor = rl.measure_kernel_floor(config, dtype, settings.num_cores(), batches)
+    results.save("machine", asdict(machine) | {"kernel_floor": asdict(floor),
+                                                "host": socket.gethostname(),
                                                 "cpu": settings.cpu_model_name()})
-    return machine, f"measured now on {socket.gethostname()}"
+    return machine, floor, f"measured now on {socket.gethostname()}"
 
 
 # --- time and memory of the last `make lab` ---------------------------------------------------
 def print_lab_run(run: dict) -> None:
     report.section(f"LAST `make lab` ({run['measured_at'][:16].replace('T', ' ')})")
-    report.table(["Step", "Time (s)", "Peak memory (GB)", "Processes"],
+    report.table(["Step", "Time (s)", "Peak mem (GB)", "Processes"],
                  [(s["script"], f"{s['seconds']:.1f}", f"{s['peak_memory_bytes'] / GB:.2f}"
                    + (" OVER" if s["peak_memory_bytes"] > MEMORY_BUDGET_BYTES else ""),
                    s["peak_processes"]) for s in run["steps"]],
-                 widths=[26, 10, 18, 11])
+                 widths=[32, 9, 14, 10])   # the longest script name fits on one line
     report.row("Total time (min)", f"{run['total_seconds'] / 60:.1f}")
     worst = max(run["steps"], key=lambda s: s["peak_memory_bytes"])
     report.row("Largest peak (GB)", f"{worst['peak_memory_bytes'] / GB:.2f} ({worst['script']})")
     report.row("Budget (GB)", f"{MEMORY_BUDGET_BYTES / GB:.1f} (the source ran in a 4 GB VM)")
     report.paragraph("Peak memory = PSS of the script, its children and the lab's vLLM server "
-                     "(API server, engine core, worker, multiprocessing's resource tracker), "
-                     "sampled every 0.25 s.")
+                     "(API server, engine core holding the worker, multiprocessing's resource "
+                     "tracker), "
+                     f"sampled every {memory.SAMPLE_INTERVAL_S:g} s.")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -294,11 +389,13 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_roofline and inputs:
         config, dtype, context = inputs
         cost = rl.model_cost(config, dtype, settings.DTYPE_BYTES[dtype])
-        machine, measured = machine_figures(args.measure)
-        data["roofline"] = roofline(res, cost, machine, context)
+        machine, floor, measured = machine_figures(args.measure, config, dtype,
+                                                   floor_batches(res))
+        data["roofline"] = roofline(res, cost, machine, context, floor)
         print_roofline(data["roofline"], measured)
     elif not args.no_roofline:
-        report.note("\nRoofline: needs task 1 or 2's saved result and the config.json of the "
+        print()
+        report.note("Roofline: needs task 1 or 2's saved result and the config.json of the "
                     "model it ran (a local folder); run them first.")
     if "lab_run" in res:
         print_lab_run(res["lab_run"])
@@ -308,7 +405,7 @@ def main(argv: list[str] | None = None) -> dict:
         "(PagedAttention) and runs them as one batch (continuous batching)",
         "A tok/s figure without its concurrency tells half the story",
     ])
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 

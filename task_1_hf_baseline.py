@@ -8,8 +8,6 @@ the generated tokens, the total time and tokens per second, and saves them for t
 """
 from __future__ import annotations
 
-import sys
-
 from common import cli, engine, report, results, settings
 
 SCRIPT = "task_1_hf_baseline"
@@ -26,9 +24,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
+    cli.check_prompt_fits(model.path, args.prompt, args.max_tokens)
 
     report.title("Task 1: Naive HuggingFace Inference - The Baseline")
-    report.row("Model", model.name)
     report.row("Prompt", f'"{args.prompt}"')
     print("Loading model with HuggingFace transformers and generating...", flush=True)
     gen = engine.hf_generate(model.path, dtype.dtype, args.prompt, args.max_tokens)
@@ -38,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
                     Sampling=f"do_sample=True, temperature={settings.TEMPERATURE}, "
                              f"seed={settings.SEED}, {args.max_tokens} new tokens (EOS held off)")
     report.section("RESULTS")
-    report.row("Generated text", repr(gen.text[:120] + ("..." if len(gen.text) > 120 else "")))
+    report.note(f"Generated text: {gen.text[:120] + ('...' if len(gen.text) > 120 else '')!r}")
     report.row("Prompt tokens", gen.prompt_tokens)
     report.row("Generated tokens", gen.generated_tokens)
     report.row("Model load time (s)", f"{gen.load_time_s:.2f}")
@@ -56,9 +54,9 @@ def main(argv: list[str] | None = None) -> dict:
             "settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
                          "temperature": settings.TEMPERATURE, "seed": settings.SEED},
             **gen.to_dict()}
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(main)

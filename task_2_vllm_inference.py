@@ -10,8 +10,6 @@ from the model config: bytes per token x 128 MiB, in whole blocks. The two must 
 """
 from __future__ import annotations
 
-import sys
-
 from common import cli, engine, kv, report, results, settings
 
 SCRIPT = "task_2_vllm_inference"
@@ -32,17 +30,42 @@ def load_baseline(model, dtype: str, prompt: str, max_tokens: int) -> tuple[dict
             and saved.get("settings", {}).get("prompt") == prompt
             and saved.get("settings", {}).get("max_new_tokens") == max_tokens):
         return saved, f"task 1's saved result ({saved['measured_at']})"
-    print("No matching task 1 result saved: measuring the HuggingFace baseline now...", flush=True)
+    report.note("No matching task 1 result saved: measuring the HuggingFace baseline now...")
     return engine.hf_generate(model.path, dtype, prompt, max_tokens).to_dict(), "measured now"
+
+
+def compare_capacity(capacity: kv.KVCapacity, model_kv: kv.ModelKV, block_size: int,
+                     max_model_len: int) -> tuple[kv.KVCapacity, bool]:
+    """Print the KV capacity the engine allocated beside the one derived from the model config
+    and the lab's settings (128 MiB, block size, max_model_len); return (derived, agree)."""
+    derived = kv.derive_capacity(model_kv.bytes_per_token, settings.KV_CACHE_BYTES, block_size,
+                                 max_model_len)
+    report.section("KV CACHE CAPACITY")
+    report.table(["", "Engine (read)", "Derived"],
+                 [("Blocks", capacity.num_blocks, derived.num_blocks),
+                  ("Block size (tokens)", capacity.block_size, derived.block_size),
+                  ("KV cache size (tokens)", f"{capacity.num_tokens:,}", f"{derived.num_tokens:,}"),
+                  ("max_model_len (tokens)", capacity.max_model_len, derived.max_model_len),
+                  ("Max concurrency (requests)", f"{capacity.max_concurrency:.2f}x",
+                   f"{derived.max_concurrency:.2f}x")],
+                 widths=[28, 16, 12])
+    report.note(f"Derived: {settings.KV_CACHE_BYTES:,} B // ({model_kv.bytes_per_token:,} B/token "
+                f"x {derived.block_size} tokens/block) = {derived.num_blocks} blocks")
+    report.note(f"where {model_kv.bytes_per_token:,} B/token = {model_kv.formula()}", indent=2)
+    agree = capacity == derived
+    report.note("Engine and config agree to the block." if agree else
+                "MISMATCH: the engine did not allocate what the lab's settings and the model "
+                "config give (see the rows that differ).")
+    return derived, agree
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
+    cli.check_prompt_fits(model.path, args.prompt, args.max_tokens)
 
     report.title("Task 2: vLLM Offline Inference - See the Difference")
-    report.row("Model", model.name)
     report.row("Prompt", f'"{args.prompt}"')
     baseline, baseline_source = load_baseline(model, dtype.dtype, args.prompt, args.max_tokens)
 
@@ -52,8 +75,6 @@ def main(argv: list[str] | None = None) -> dict:
     gen = engine.vllm_generate(eng, args.prompt, args.max_tokens)
     capacity = engine.engine_capacity(eng)
     model_kv = kv.ModelKV.from_config(engine.load_config(model.path), dtype.dtype, dtype.num_bytes)
-    derived = kv.derive_capacity(model_kv.bytes_per_token, settings.KV_CACHE_BYTES,
-                                 capacity.block_size, capacity.max_model_len)
 
     report.section("WHAT RAN")
     report.run_info(model, dtype, gen.threads,
@@ -62,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
                     Sampling=f"temperature={settings.TEMPERATURE}, seed={settings.SEED}, "
                              f"{args.max_tokens} new tokens (EOS held off)")
     report.section("vLLM RESULTS")
-    report.row("Generated text", repr(gen.text[:120] + ("..." if len(gen.text) > 120 else "")))
+    report.note(f"Generated text: {gen.text[:120] + ('...' if len(gen.text) > 120 else '')!r}")
     report.row("Generated tokens", gen.generated_tokens)
     report.row("Engine start-up (s)", f"{eng.init_time_s:.2f}")
     report.row("Total time (s)", f"{gen.total_time_s:.2f} (one warm-up run excluded)")
@@ -77,20 +98,10 @@ def main(argv: list[str] | None = None) -> dict:
                  widths=[20, 14, 12])
     report.note(f"vLLM is {speedup:.1f}x {'faster' if speedup >= 1 else 'as fast'} in tokens/sec")
 
-    report.section("KV CACHE CAPACITY")
-    report.table(["", "Engine (read)", "Derived"],
-                 [("Blocks", capacity.num_blocks, derived.num_blocks),
-                  ("Block size (tokens)", capacity.block_size, derived.block_size),
-                  ("KV cache size (tokens)", f"{capacity.num_tokens:,}", f"{derived.num_tokens:,}"),
-                  (f"Max concurrency @ {capacity.max_model_len}",
-                   f"{capacity.max_concurrency:.2f}x", f"{derived.max_concurrency:.2f}x")],
-                 widths=[26, 16, 12])
-    report.note(f"Derived: {settings.KV_CACHE_BYTES:,} B // ({model_kv.bytes_per_token:,} B/token "
-                f"x {capacity.block_size} tokens/block) = {derived.num_blocks} blocks")
-    report.note(f"  where {model_kv.bytes_per_token:,} B/token = {model_kv.formula()}")
-    agree = capacity == derived
-    report.note("Engine and config agree to the block." if agree else
-                "MISMATCH: the engine allocated a different number of blocks than derived.")
+    # derived from what the lab asked for (block size, max_model_len), never read back from the
+    # engine, so the check fails if the engine did not apply it
+    derived, agree = compare_capacity(capacity, model_kv, eng.settings["block_size"],
+                                      eng.settings["max_model_len"])
     report.insight([
         f"One request: vLLM {gen.tokens_per_s:.1f} vs HuggingFace {baseline['tokens_per_s']:.1f} "
         f"tok/s - one sequence cannot use the engine's batching",
@@ -117,9 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
                                     "max_concurrency": derived.max_concurrency,
                                     "kv_bytes_per_token": model_kv.bytes_per_token},
             "kv_capacity_agree": agree}
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(main)

@@ -33,15 +33,15 @@ def main(argv: list[str] | None = None) -> dict:
     num_requests = len(args.lengths)
 
     report.title("Task 3: The KV Cache Problem - Why Memory Matters")
-    report.row("Max sequence length (pre-allocated)", f"{args.max_len} token slots per request")
-    report.row("Number of concurrent requests", num_requests)
+    report.row("Pre-allocated per request", f"{args.max_len} token slots")
+    report.row("Concurrent requests", num_requests)
 
     report.section("SIMULATING CONTIGUOUS ALLOCATION")
     report.note(f"(Each request gets {args.max_len} token slots, regardless of actual usage)")
     for i, (name, a) in enumerate(zip(args.names, contiguous.allocations), start=1):
-        report.note(f"Request {i} ({name}):", indent=2)
-        report.note(f"{report.bar(a.num_used, a.num_allocated)} {a.num_used}/{a.num_allocated} "
-                    f"used ({a.waste_pct:.1f}% wasted)", indent=4)
+        report.note(f"Request {i} ({name}): {a.num_used}/{a.num_allocated} used "
+                    f"({a.waste_pct:.1f}% wasted)", indent=2)
+        report.note(report.bar(a.num_used, a.num_allocated), indent=4)
 
     report.section("SUMMARY")
     report.row("Total allocated", f"{contiguous.num_allocated} token slots")
@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> dict:
     users_ideal = kv.users_that_fit(args.total_slots, mean_used)
     report.section("CONCURRENT USER IMPACT")
     report.note(f"With {args.total_slots} total memory slots:", indent=2)
-    report.note(f"- Contiguous allocation: {users_contiguous} concurrent users max "
-                f"({args.total_slots} // {args.max_len} slots)", indent=2)
-    report.note(f"- Ideal (no waste):      {users_ideal} concurrent users max "
-                f"({args.total_slots} // {mean_used} slots, the mean request)", indent=2)
+    report.note(f"- Contiguous allocation: {users_contiguous} users max "
+                f"({args.total_slots} // {args.max_len})", indent=2)
+    report.note(f"- Ideal (no waste):      {users_ideal} users max "
+                f"({args.total_slots} // {mean_used}, the mean request)", indent=2)
     if users_contiguous:
         report.note(f"- You are serving {users_ideal / users_contiguous:.1f}x fewer users "
                     f"than possible!", indent=2)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         "users_ideal": users_ideal,
         "in_bytes": in_bytes,
     }
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 

@@ -3,9 +3,11 @@
 Instead of reserving --max-len slots per request, hand out small pages of --page-size tokens
 as tokens are generated, the way an OS hands out 4 KB memory pages. A real page allocator (a
 free list of page ids) serves the same five requests as task 3, one token at a time,
-interleaved as in decoding; each request's waste is then bounded by one page. Prints the pages
-per request, the side-by-side comparison with contiguous allocation, the users that fit, and the
-bytes for the model the lab runs.
+interleaved as in decoding, from a pool of the memory contiguous allocation reserves for ONE
+request; each request's waste is then bounded by one page, and a request that has all its tokens
+gives its pages back for the others. Prints the pages per request, what the pool went through
+(peak, pages handed out again), the side-by-side comparison with contiguous allocation, the
+users that fit, and the bytes for the model the lab runs.
 
     python task_4_paged_attention.py [--lengths 45,128,23,256,67] [--max-len 512]
                                      [--page-size 16] [--total-slots 10000] [--model M]
@@ -34,24 +36,33 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     num_requests = len(args.lengths)
     contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
-    # The pool is the memory contiguous allocation reserved, cut into pages.
-    num_pool_pages = num_requests * kv.cdiv(args.max_len, args.page_size)
+    # The pool: the memory contiguous allocation reserves for ONE request, cut into pages.
+    num_pool_pages = kv.cdiv(args.max_len, args.page_size)
     paged = kv.run_paged(args.lengths, args.names, args.page_size, num_pool_pages)
 
     report.title("Task 4: PagedAttention - vLLM's Solution")
     report.row("Page size", f"{args.page_size} tokens per page")
-    report.row("Contiguous allocation", f"{args.max_len} tokens per request (worst-case)")
-    report.row("Page pool", f"{num_pool_pages} pages (the memory contiguous reserved)")
+    report.row("Contiguous allocation", f"{args.max_len} slots per request (worst case)")
+    report.row("Page pool", f"{num_pool_pages} pages = {num_pool_pages * args.page_size} slots")
+    report.note("(what contiguous allocation reserves for ONE request)", indent=2)
 
     report.section("PAGED ALLOCATION (like vLLM's PagedAttention)")
-    for i, (seq, a) in enumerate(zip(paged.sequences, paged.summary.allocations), start=1):
+    for i, (seq, a, step) in enumerate(zip(paged.sequences, paged.summary.allocations,
+                                           paged.finish_steps), start=1):
         pages = len(seq.page_table)
         report.note(f"Request {i}: {seq.num_tokens} tokens -> {pages} pages "
-                    f"({a.num_allocated} slots)", indent=2)
-        report.note(f"Pages: [{'|'.join(['##'] * pages)}]  waste: {a.waste_pct:.1f}%", indent=4)
-        report.note(f"physical page ids: {', '.join(map(str, seq.page_table))}", indent=4)
-    report.note(f"Pages in use at the peak: {paged.num_pages_peak} of {num_pool_pages}; "
-                f"free after every request finished: {paged.num_free_after}", indent=2)
+                    f"({a.num_allocated} slots), waste {a.waste_pct:.1f}%", indent=2)
+        report.note(f"Pages: [{'|'.join(['##'] * pages)}]", indent=4)
+        report.note(f"physical page ids: {', '.join(map(str, seq.page_table))}; freed at "
+                    f"step {step}", indent=4)
+    report.section("THE PAGE POOL, STEP BY STEP")
+    report.row("Pages per request, summed", paged.summary.num_allocated // args.page_size)
+    report.row("Most in use at once (peak)", f"{paged.num_pages_peak} of {num_pool_pages}")
+    report.row("Handed out again after a free", paged.num_pages_reused)
+    report.row("Requests preempted", f"{paged.num_preempted} (pool full: the newest gave its "
+                                     f"pages back and started over)" if paged.num_preempted
+               else "0 (the pool never ran out)")
+    report.row("Free after the last finished", f"{paged.num_free_after} of {num_pool_pages}")
 
     report.section("SIDE-BY-SIDE COMPARISON")
     rows = [(name, f"{s.num_allocated} slots", f"{s.num_used} slots", f"{s.utilization_pct:.1f}%")
@@ -70,9 +81,9 @@ def main(argv: list[str] | None = None) -> dict:
     report.section("CONCURRENT USER IMPACT")
     report.note(f"With {args.total_slots} total memory slots:", indent=2)
     report.note(f"- Contiguous: {users_contiguous} concurrent users "
-                f"({args.total_slots} // {args.max_len} slots)", indent=2)
+                f"({args.total_slots} // {args.max_len})", indent=2)
     report.note(f"- Paged:      {users_paged} concurrent users "
-                f"({args.total_slots} // {mean_paged} slots, the mean request)", indent=2)
+                f"({args.total_slots} // {mean_paged}, the mean request)", indent=2)
     if users_contiguous:
         report.note(f"- Improvement: {users_paged / users_contiguous:.1f}x more users!", indent=2)
 
@@ -83,15 +94,21 @@ def main(argv: list[str] | None = None) -> dict:
         model, model_kv, settings.KV_CACHE_BYTES,
         slots=[("Contiguous allocated", contiguous.num_allocated),
                ("Paged allocated", paged.summary.num_allocated),
-               ("Saved", saved)],
+               ("Memory saved", saved)],
         users=[(f"Contiguous ({args.max_len} each)", args.max_len),
                (f"Paged ({mean_paged} each)", mean_paged)])
 
+    pool_line = (f"Requests finish at different times: at most {paged.num_pages_peak} of the "
+                 f"{num_pool_pages}-page pool were in use at once, and {paged.num_pages_reused} "
+                 f"freed pages went to requests still growing")
+    if paged.num_preempted:
+        pool_line += (f"; the pool filled up {paged.num_preempted} time(s), and a request had to "
+                      f"start over")
     report.insight([
         f"Paging raises utilisation from {contiguous.utilization_pct:.1f}% to "
         f"{paged.summary.utilization_pct:.1f}%: waste is under one page per request",
         "Pages are handed out as tokens arrive and need not be contiguous (see the page ids)",
-        "The memory saved becomes room for more concurrent requests (task 6)",
+        pool_line,
     ])
 
     data = {
@@ -100,13 +117,15 @@ def main(argv: list[str] | None = None) -> dict:
                      "page_size": args.page_size, "total_slots": args.total_slots},
         "requests": [{"name": s.name, "tokens": s.num_tokens, "pages": len(s.page_table),
                       "page_ids": s.page_table, "allocated": a.num_allocated,
-                      "waste_pct": round(a.waste_pct, 1)}
-                     for s, a in zip(paged.sequences, paged.summary.allocations)],
+                      "waste_pct": round(a.waste_pct, 1), "finish_step": step}
+                     for s, a, step in zip(paged.sequences, paged.summary.allocations,
+                                           paged.finish_steps)],
         "contiguous": {"allocated": contiguous.num_allocated, "used": contiguous.num_used,
                        "utilization_pct": round(contiguous.utilization_pct, 1)},
         "paged": {"allocated": paged.summary.num_allocated, "used": paged.summary.num_used,
                   "utilization_pct": round(paged.summary.utilization_pct, 1),
                   "pool_pages": num_pool_pages, "peak_pages": paged.num_pages_peak,
+                  "reused_pages": paged.num_pages_reused, "preempted": paged.num_preempted,
                   "free_pages_after": paged.num_free_after},
         "slots_saved": saved,
         "memory_ratio": round(memory_ratio, 1),
@@ -116,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         "users_ratio": round(users_paged / users_contiguous, 1) if users_contiguous else None,
         "in_bytes": in_bytes,
     }
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 

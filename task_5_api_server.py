@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "temperature": settings.TEMPERATURE,
                          "server": srv.config.describe() if srv.config else None},
             "raw_http": raw, "openai_client": sdk}
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 

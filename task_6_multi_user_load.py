@@ -30,6 +30,88 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
+# How the insight reads the figures: throughput "scales" when the peak level makes at least
+# SCALES_AT times the tokens/s of the first; latency "rose" when the largest level's mean latency
+# is over LATENCY_ROSE_AT times the first level's.
+SCALES_AT = 1.5
+LATENCY_ROSE_AT = 1.1
+
+
+def insights(levels: list[load.LevelResult], sequential: load.LevelResult | None) -> list[str]:
+    """The KEY INSIGHT lines, each chosen or worded from the measured levels."""
+    base, largest = levels[0], max(levels, key=lambda lv: lv.num_users)
+    num_failed = sum(lv.num_failed for lv in levels) + (sequential.num_failed if sequential else 0)
+    num_sent = sum(lv.num_users for lv in levels) + (sequential.num_users if sequential else 0)
+    failed = ([f"{num_failed} of {num_sent} requests FAILED: the figures count only the ones "
+               f"that succeeded"] if num_failed else [])
+    if not base.ok or not largest.ok or largest is base:
+        return failed + [f"Nothing to compare: the levels measured were "
+                         f"{', '.join(str(lv.num_users) for lv in levels)} user(s), and the "
+                         f"first and largest need a successful request each"]
+    peak = max(levels, key=lambda lv: lv.throughput)
+    scaling = peak.throughput / base.throughput
+    tpot_ratio = (largest.latency_stat("tpot_s") / base.latency_stat("tpot_s")
+                  if base.latency_stat("tpot_s") else None)
+    if scaling >= SCALES_AT:
+        lines = [f"Throughput SCALES with concurrent users: {scaling:.1f}x from "
+                 f"{base.num_users} to {peak.num_users} users ({base.throughput:.1f} -> "
+                 f"{peak.throughput:.1f} tok/s)"]
+    else:
+        lines = [f"Throughput barely grew: {scaling:.1f}x from {base.num_users} to "
+                 f"{peak.num_users} users ({base.throughput:.1f} -> {peak.throughput:.1f} tok/s)"
+                 + (f"; each step took {tpot_ratio:.1f}x as long with {largest.num_users} "
+                    f"requests in it" if tpot_ratio else "")]
+    ttft, alone = largest.latency_stat("ttft_s"), base.latency_stat("latency_s")
+    if ttft < alone:
+        lines.append(f"The {largest.num_users} requests sent at once got their first token "
+                     f"after {ttft:.2f} s on average, sooner than one request takes alone "
+                     f"({alone:.2f} s): none waited for another to finish, the engine batched "
+                     f"them as they arrived (continuous batching)")
+    else:
+        lines.append(f"Requests queued: at {largest.num_users} users the mean time to first "
+                     f"token ({ttft:.2f} s) was longer than one whole request alone "
+                     f"({alone:.2f} s)")
+    latency = largest.latency_stat("latency_s")
+    if latency > LATENCY_ROSE_AT * alone:
+        lines.append(f"Per-request latency rose {alone:.2f} -> {latency:.2f} s "
+                     f"({latency / alone:.1f}x) at {largest.num_users} users"
+                     + (f", while throughput rose {scaling:.1f}x: the price of sharing each "
+                        f"step" if scaling >= SCALES_AT else ", with little more throughput"))
+    else:
+        lines.append(f"Per-request latency hardly changed ({alone:.2f} -> {latency:.2f} s at "
+                     f"{largest.num_users} users): the machine had room for the larger batch")
+    return failed + lines
+
+
+def run_levels(srv, users: list[int], max_tokens: int) -> list[load.LevelResult]:
+    levels = []
+    for num_users in users:
+        print(f"  Testing {num_users} users...", end=" ", flush=True)
+        level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(num_users),
+                               max_tokens)
+        levels.append(level)
+        print(f"{level.throughput:.1f} tok/s, {level.seconds(level.latency_stat('latency_s'))} s "
+              f"avg, {len(level.ok)}/{num_users} ok", flush=True)
+    return levels
+
+
+def print_levels(levels: list[load.LevelResult]) -> None:
+    report.section("LOAD TEST RESULTS")
+    report.table(["Users", "Tokens", "Time(s)", "Tok/s", "Avg(s)", "p50(s)", "p95(s)", "TTFT(s)",
+                  "OK"],
+                 [(lv.num_users, lv.total_tokens, f"{lv.duration_s:.2f}", f"{lv.throughput:.1f}",
+                   lv.seconds(lv.latency_stat("latency_s")), lv.seconds(lv.latency_percentile(50)),
+                   lv.seconds(lv.latency_percentile(95)), lv.seconds(lv.latency_stat("ttft_s")),
+                   f"{len(lv.ok)}/{lv.num_users}")
+                  for lv in levels],
+                 widths=[6, 7, 8, 8, 7, 7, 7, 8, 7], align_left=())
+    report.note("Avg, p50, p95: end-to-end latency per request; TTFT: mean time to first token; "
+                "'-': no request of the level succeeded")
+    for lv in levels:
+        for error in lv.summary()["errors"]:
+            report.note(f"{lv.num_users} users, failed: {error}", indent=2)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     report.title("Task 6: Multi-User Throughput Under Load")
@@ -37,46 +119,28 @@ def main(argv: list[str] | None = None) -> dict:
     if model:
         report.run_info(model, dtype, settings.num_cores(), Engine=srv.config.describe())
     report.row("Server", f"{srv.base_url} ({srv.state})")
-    report.row("Load test plan", f"{args.users} concurrent users")
+    report.row("Load test plan", f"{', '.join(map(str, args.users))} concurrent users")
     report.row("Each user sends", f"1 streamed request, max_tokens={args.max_tokens}")
 
     warmup = load.run_level(srv.base_url, srv.model_name, load.user_prompts(1), args.max_tokens)
     if warmup.num_failed:
         cli.fail(f"the warm-up request failed: {warmup.requests[0].error}", code=1)
     report.note(f"Warm-up request done ({warmup.duration_s:.2f} s, not counted).")
-
-    levels = []
-    for num_users in args.users:
-        print(f"  Testing with {num_users} concurrent user(s)...", end=" ", flush=True)
-        level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(num_users),
-                               args.max_tokens)
-        levels.append(level)
-        print(f"done ({level.throughput:.1f} tok/s, {level.latency_stat('latency_s'):.2f}s avg "
-              f"latency, {len(level.ok)}/{num_users} ok)", flush=True)
-
-    report.section("LOAD TEST RESULTS")
-    report.table(["Users", "Tokens", "Time(s)", "Tok/s", "Avg(s)", "p50(s)", "p95(s)", "TTFT(s)",
-                  "Success"],
-                 [(lv.num_users, lv.total_tokens, f"{lv.duration_s:.2f}", f"{lv.throughput:.1f}",
-                   f"{lv.latency_stat('latency_s'):.2f}", f"{lv.latency_percentile(50):.2f}",
-                   f"{lv.latency_percentile(95):.2f}", f"{lv.latency_stat('ttft_s'):.2f}",
-                   f"{len(lv.ok)}/{lv.num_users}")
-                  for lv in levels],
-                 widths=[6, 8, 9, 8, 8, 8, 8, 9, 9], align_left=())
-    for lv in levels:
-        for error in lv.summary()["errors"]:
-            report.note(f"  {lv.num_users} users, failed: {error}")
+    levels = run_levels(srv, args.users, args.max_tokens)
+    print_levels(levels)
 
     base, peak = levels[0], max(levels, key=lambda lv: lv.throughput)
     scaling = peak.throughput / base.throughput if base.throughput else 0.0
     report.section("SCALING ANALYSIS")
     report.row(f"Baseline ({base.num_users} user(s))", f"{base.throughput:.1f} tok/s")
     report.row(f"Peak ({peak.num_users} users)", f"{peak.throughput:.1f} tok/s")
-    report.row("Scaling factor", f"{scaling:.1f}x throughput improvement")
+    report.row("Scaling factor", f"{scaling:.1f}x throughput improvement" if base.throughput
+               else "- (the first level made no tokens)")
     report.note("Per-user effective speed (throughput / users):")
     for lv in levels:
+        tpot = f"{1000 * lv.latency_stat('tpot_s'):.0f} ms" if lv.ok else "-"
         report.note(f"{lv.num_users:>4} users: {lv.throughput / lv.num_users:6.1f} tok/s each, "
-                    f"mean time per output token {1000 * lv.latency_stat('tpot_s'):.0f} ms", indent=2)
+                    f"time per output token {tpot}", indent=2)
 
     sequential = None
     largest = max(levels, key=lambda lv: lv.num_users)
@@ -87,14 +151,10 @@ def main(argv: list[str] | None = None) -> dict:
                                     concurrent=False)
         report.note(f"{largest.num_users} users one after another took {sequential.duration_s:.1f} s "
                     f"(the last waited that long); together they took {largest.duration_s:.1f} s "
-                    f"({sequential.duration_s / largest.duration_s:.1f}x sooner). Both measured.")
+                    f"({sequential.duration_s / largest.duration_s:.1f}x sooner), "
+                    f"{len(sequential.ok)}/{sequential.num_users} ok. Both measured.")
 
-    report.insight([
-        f"Throughput SCALES with concurrent users: {scaling:.1f}x from {base.num_users} to "
-        f"{peak.num_users} users",
-        "vLLM uses continuous batching - it does not wait for a batch to fill",
-        "Per-request latency increases but total throughput improves",
-    ])
+    report.insight(insights(levels, sequential))
     data = {"model": srv.model_name, "model_source": model.source if model else "external",
             "dtype": dtype.dtype if dtype else None, "threads": settings.num_cores(),
             "base_url": srv.base_url, "server_state": srv.state,
@@ -104,7 +164,10 @@ def main(argv: list[str] | None = None) -> dict:
             "levels": [lv.summary() for lv in levels],
             "scaling_factor": round(scaling, 2),
             "sequential": sequential.summary() if sequential else None}
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
+    num_failed = sum(lv.num_failed for lv in levels) + (sequential.num_failed if sequential else 0)
+    if num_failed:   # the report above counts them; the exit code tells a script or CI
+        cli.fail(f"{num_failed} request(s) failed (see the report above)", code=1)
     return data
 
 

@@ -8,8 +8,11 @@ restarting the lab's server for each (the restart time is shown):
     C: Limited Concurrency  max_model_len=64,  max_num_seqs=8
 
 Beside throughput and latency, each row shows what the engine reports on /metrics: its KV
-capacity (tokens, max concurrency at max_model_len) and the most requests that ran at once and
-waited, sampled during the run. The server is left running with the last config.
+cache (blocks x block size, max concurrency at max_model_len) and the most requests that ran at
+once and waited, sampled during the run. Every KEY INSIGHT line is chosen from those figures. Any
+failed request is counted in the report and makes the exit code 1; a --max-tokens that cannot
+fit a config's max_model_len is refused before any server starts. The server is left running
+with the last config.
 
     python task_7_tuning.py [--requests 10] [--max-tokens 50] [--model M] [--port 8000]
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common import cli, load, metrics, report, results, settings
+from common import cli, kv, load, metrics, report, results, settings
 
 SCRIPT = "task_7_tuning"
 
@@ -56,6 +59,23 @@ def parse_args(argv: list[str] | None):
     return args
 
 
+def check_fits(args, model) -> None:
+    """--max-tokens must fit every config's max_model_len beside the load's longest prompt, else
+    the server refuses every request of that config: refused up front, one line, exit 2."""
+    longest = cli.longest_prompt_tokens(model.path, load.user_prompts(args.requests))
+    for config in CONFIGS:
+        if longest + args.max_tokens > config.max_model_len:
+            cli.fail(f"--max-tokens {args.max_tokens} does not fit config {config.label} "
+                     f"(max_model_len {config.max_model_len}): the load's longest prompt is "
+                     f"{longest} tokens, and {longest} + {args.max_tokens} > "
+                     f"{config.max_model_len}")
+
+
+def _int_label(labels: dict, name: str) -> int | None:
+    value = labels.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
 def benchmark(args, config: TuningConfig) -> dict:
     report.section(f"CONFIG {config.label}")
     srv, model, dtype = cli.lab_server(args, max_num_seqs=config.max_num_seqs,
@@ -63,72 +83,113 @@ def benchmark(args, config: TuningConfig) -> dict:
     restart = f"{srv.state}, ready after {srv.startup_s:.1f} s" if srv.startup_s else srv.state
     report.row("Server", f"{srv.config.describe()}")
     report.row("  state", restart)
-    text = metrics.fetch(srv.base_url)
-    cache = metrics.info_labels(text, "vllm:cache_config")
-    kv_tokens = int(cache["kv_cache_size_tokens"])
+    cache = metrics.info_labels(metrics.fetch(srv.base_url), "vllm:cache_config")
+    num_blocks, block_size = _int_label(cache, "num_gpu_blocks"), _int_label(cache, "block_size")
     max_concurrency = float(cache["kv_cache_max_concurrency"])
-    load.run_level(srv.base_url, srv.model_name, load.user_prompts(1), args.max_tokens)  # warm-up
+    warmup = load.run_level(srv.base_url, srv.model_name, load.user_prompts(1), args.max_tokens)
+    if warmup.num_failed:
+        cli.fail(f"config {config.label}: the warm-up request failed: "
+                 f"{warmup.requests[0].error}", code=1)
     with metrics.Sampler(srv.base_url) as sampler:
         level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(args.requests),
                                args.max_tokens)
-    report.row("KV capacity (engine)", f"{kv_tokens:,} tokens, {max_concurrency:.2f}x requests of "
-                                       f"{config.max_model_len} tokens")
-    report.row("Result", f"{level.throughput:.1f} tok/s, {level.latency_stat('latency_s'):.2f}s avg "
-                         f"latency, {len(level.ok)}/{args.requests} ok")
+    # blocks x block size, as task 8 shows it: the engine's own kv_cache_size_tokens label is its
+    # max concurrency x max_model_len, which halves at max_model_len 64 for the same blocks
+    if num_blocks and block_size:
+        report.row("KV cache (engine)", f"{num_blocks} blocks x {block_size} tokens = "
+                                        f"{num_blocks * block_size:,} tokens")
+    report.row("  max concurrency", f"{max_concurrency:.2f}x requests of {config.max_model_len} "
+                                    f"tokens")
+    report.row("Result", f"{level.throughput:.1f} tok/s, "
+                         f"{level.seconds(level.latency_stat('latency_s'))} s avg latency, "
+                         f"{len(level.ok)}/{args.requests} ok")
+    for error in level.summary()["errors"]:
+        report.note(f"failed: {error}", indent=2)
     report.row("Requests at once (peak)", f"{sampler.max_running} running, {sampler.max_waiting} "
-                                          f"waiting ({sampler.num_samples} samples of /metrics)")
+                                          f"waiting")
+    report.note(f"(the most seen in {sampler.num_samples} reads of /metrics during the load)",
+                indent=2)
     return {"label": config.label, "max_model_len": config.max_model_len,
             "max_num_seqs": config.max_num_seqs, "server_state": srv.state,
             "startup_s": round(srv.startup_s, 2) if srv.startup_s else None,
-            "kv_cache_tokens": kv_tokens, "kv_max_concurrency": max_concurrency,
-            "kv_block_size": int(cache["block_size"]),
+            "kv_blocks": num_blocks, "kv_block_size": block_size,
+            "kv_max_concurrency": max_concurrency,
             "peak_running": sampler.max_running, "peak_waiting": sampler.max_waiting,
             "metrics_samples": sampler.num_samples, **level.summary(),
             "model": model.name, "model_source": model.source, "dtype": dtype.dtype}
 
 
+def insights(rows: list[dict], num_requests: int) -> list[str]:
+    """The KEY INSIGHT lines, each from what configs A, B and C measured."""
+    a, b, c = rows
+    if b["kv_max_concurrency"] > a["kv_max_concurrency"]:
+        context = (f"max_model_len sets the KV memory per request: {a['max_model_len']} -> "
+                   f"{b['max_model_len']} tokens took the engine from "
+                   f"{a['kv_max_concurrency']:.0f}x to {b['kv_max_concurrency']:.0f}x requests "
+                   f"at once")
+    else:   # blocks of max_model_len or more (settings.BLOCK_SIZE; vLLM's CPU default is 128)
+        block = b["kv_block_size"]
+        context = (f"max_model_len sets the KV memory per request in whole {block}-token blocks: "
+                   f"{b['max_model_len']} tokens hold {kv.cdiv(b['max_model_len'], block)} "
+                   f"block(s), {a['max_model_len']} tokens {kv.cdiv(a['max_model_len'], block)}, "
+                   f"so B fits {b['kv_max_concurrency']:.0f}x requests at once, A "
+                   f"{a['kv_max_concurrency']:.0f}x")
+    if c["peak_waiting"]:
+        batch = (f"max_num_seqs caps the batch: with max_num_seqs={c['max_num_seqs']}, "
+                 f"{c['peak_running']} ran and {c['peak_waiting']} waited; "
+                 f"{c['throughput_tok_s']:.1f} tok/s against B's {b['throughput_tok_s']:.1f} "
+                 f"(max_num_seqs={b['max_num_seqs']})")
+    else:
+        batch = (f"max_num_seqs={c['max_num_seqs']} capped nothing here: at most "
+                 f"{c['peak_running']} of the {num_requests} requests ran at once and none was "
+                 f"seen waiting")
+    if c["kv_blocks"] is None:   # an engine that does not export its block count
+        return [context, batch]
+    same = c["kv_blocks"] == b["kv_blocks"]
+    memory = (f"max_num_seqs divides no memory: C's KV cache is "
+              f"{'the same ' if same else ''}{c['kv_blocks']} blocks"
+              + ("" if same else f" against B's {b['kv_blocks']}")
+              + "; it only caps how many requests one engine step serves")
+    return [context, batch, memory]
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    model = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+    check_fits(args, model)
     report.title("Task 7: Tuning vLLM Parameters for Production")
+    report.run_info(model, dtype, settings.num_cores())
     report.row("Benchmark", f"{args.requests} concurrent requests per config, "
                             f"max_tokens={args.max_tokens}")
     report.row("Fixed for every config", f"kv_cache_memory_bytes={settings.KV_CACHE_BYTES}, "
-                                         f"enforce_eager=True, {settings.num_cores()} cores")
+                                         f"enforce_eager=True")
     rows = [benchmark(args, config) for config in CONFIGS]
-    report.row("dtype", f"{rows[0]['dtype']}; model {rows[0]['model']} ({rows[0]['model_source']})")
 
     report.section("CONFIGURATION COMPARISON")
-    report.table(["Config", "len", "seqs", "KV tok", "conc.", "run/wait", "tok/s", "Lat(s)", "OK"],
-                 [(r["label"], r["max_model_len"], r["max_num_seqs"], f"{r['kv_cache_tokens']:,}",
+    report.table(["Cfg", "len", "seqs", "blocks", "conc.", "run/wait", "tok/s", "Lat(s)", "OK"],
+                 [(r["label"][0], r["max_model_len"], r["max_num_seqs"],
+                   r["kv_blocks"] if r["kv_blocks"] is not None else "-",
                    f"{r['kv_max_concurrency']:.0f}x", f"{r['peak_running']}/{r['peak_waiting']}",
-                   f"{r['throughput_tok_s']:.1f}", f"{r['mean_latency_s']:.2f}",
+                   f"{r['throughput_tok_s']:.1f}",
+                   "-" if r["mean_latency_s"] is None else f"{r['mean_latency_s']:.2f}",
                    f"{r['succeeded']}/{args.requests}") for r in rows],
-                 widths=[24, 5, 6, 8, 7, 10, 8, 8, 7])
-    report.note("len = max_model_len, seqs = max_num_seqs, conc. = max concurrency at len, "
-                "run/wait = peak requests running/waiting")
+                 widths=[4, 5, 6, 7, 7, 9, 8, 8, 7])
+    report.note(f"len = max_model_len, seqs = max_num_seqs, blocks = KV blocks of "
+                f"{rows[0]['kv_block_size']} tokens, conc. = max concurrency at len, run/wait = "
+                f"peak requests running/waiting, Lat = mean latency")
     report.note(f"Server left running with config {CONFIGS[-1].label} on :{args.port}; "
                 f"`make stop` stops it (task 5 restarts the default).")
-    a, b, c = rows
-    if b["kv_max_concurrency"] > a["kv_max_concurrency"]:
-        context_line = (f"max_model_len sets the KV memory per request: 128 -> 64 tokens took the "
-                        f"engine from {a['kv_max_concurrency']:.0f}x to "
-                        f"{b['kv_max_concurrency']:.0f}x requests at once")
-    else:   # vLLM's CPU backend allocates 128-token blocks: a 64-token request still holds one
-        context_line = (f"max_model_len sets the KV memory per request, in whole "
-                        f"{b['kv_block_size']}-token blocks here: 64 tokens still hold one block, "
-                        f"so B fits no more requests than A ({b['kv_max_concurrency']:.0f}x)")
-    report.insight([
-        context_line,
-        f"max_num_seqs caps the batch: with 8, {c['peak_running']} ran and {c['peak_waiting']} "
-        f"waited, {c['throughput_tok_s']:.1f} vs {b['throughput_tok_s']:.1f} tok/s",
-        "Both are knobs that divide the same KV-cache budget",
-    ])
-    data = {"model": rows[0]["model"], "model_source": rows[0]["model_source"],
-            "dtype": rows[0]["dtype"], "threads": settings.num_cores(),
+    report.insight(insights(rows, args.requests))
+    data = {"model": model.name, "model_source": model.source, "dtype": dtype.dtype,
+            "threads": settings.num_cores(),
             "settings": {"requests": args.requests, "max_tokens": args.max_tokens,
                          "kv_cache_memory_bytes": settings.KV_CACHE_BYTES},
             "configs": rows}
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
+    num_failed = sum(r["failed"] for r in rows)
+    if num_failed:   # the report above counts them; the exit code tells a script or CI
+        cli.fail(f"{num_failed} request(s) failed (see the report above)", code=1)
     return data
 
 

@@ -10,6 +10,7 @@ When the server goes down the page says so and picks up again when it is back.
     python task_8_dashboard.py                  # dashboard on http://127.0.0.1:7860, Ctrl-C stops
     python task_8_dashboard.py --host 0.0.0.0   # on a remote lab VM: reachable from your browser
     python task_8_dashboard.py --once           # one boxed metrics snapshot, then exit
+    python task_8_dashboard.py --once --load 20 # the snapshot while 20 requests run (make lab)
 
 It prints a boxed header first (server, engine, a first metrics snapshot, the dashboard URL).
 A server it started itself it stops again on exit (--keep-server leaves it running); a server
@@ -42,6 +43,9 @@ def parse_args(argv: list[str] | None):
                        help=f"seconds between reads of /metrics (default {monitor.POLL_INTERVAL_S:g})")
     group.add_argument("--once", action="store_true",
                        help="print one metrics snapshot as a boxed report and exit")
+    group.add_argument("--load", type=cli.positive_int, default=None, metavar="N",
+                       help="with --once: send N concurrent requests (as the page's button does) "
+                            "and take the snapshot while they run")
     group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
                        help=f"new tokens per request sent from the page (default "
                             f"{settings.MAX_NEW_TOKENS})")
@@ -58,6 +62,8 @@ def parse_args(argv: list[str] | None):
     args = parser.parse_args(argv)
     if not 0.2 <= args.interval <= 10:
         parser.error("--interval must be between 0.2 and 10 seconds")
+    if args.load and not args.once:
+        parser.error("--load goes with --once (on the page, the button sends the load)")
     return args
 
 
@@ -120,12 +126,12 @@ def describe_cache(labels: dict) -> str:
     return "; ".join(parts)
 
 
-def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
+def snapshot_once(args, srv, first: metrics.Snapshot, title: str = "") -> dict:
     """--once: a second read after one interval gives the rates of right now."""
     time.sleep(args.interval)
     _, second = read_metrics(srv)
     now = metrics.window(first, second)
-    report.section(f"LAST {now.seconds:.1f} s" if now else "LAST INTERVAL")
+    report.section(f"{title}LAST {now.seconds:.1f} s" if now else f"{title}LAST INTERVAL")
     if now is None:
         report.note("The server restarted between the two reads; run again.")
     else:
@@ -136,6 +142,40 @@ def snapshot_once(args, srv, first: metrics.Snapshot) -> dict:
     return {"snapshot": snapshot | {"mean_ttft_s": second.mean_ttft_s,
                                     "mean_e2e_s": second.mean_e2e_s},
             "last_interval": vars(now) if now else None}
+
+
+LOAD_ADMIT_TIMEOUT_S = 60   # how long --load waits for the server to take all its requests in
+
+
+def snapshot_under_load(args, srv, first: metrics.Snapshot) -> dict:
+    """--once --load N: send N concurrent requests in the background (the page's button), wait
+    until the server has taken all N in (running + waiting + finished since = N, one running at
+    least), then take the snapshot of one interval while they run; then wait for the load and
+    count it."""
+    sender = monitor.Monitor(srv.base_url, srv.model_name)   # used for its load, not polled
+    sender.send_load(args.load, args.max_tokens)
+    deadline = time.monotonic() + LOAD_ADMIT_TIMEOUT_S
+    while True:
+        _, snap = read_metrics(srv)
+        taken_in = snap.running + snap.waiting + snap.e2e_count - first.e2e_count
+        if (snap.running and taken_in >= args.load) or time.monotonic() > deadline \
+                or not sender.load_run.is_running:
+            break
+        time.sleep(0.1)
+    data = snapshot_once(args, srv, snap, title=f"{args.load} REQUESTS SENT, ")
+    while sender.load_run.is_running:
+        time.sleep(0.2)
+    run = sender.load_run
+    if run.error is not None:
+        cli.fail(f"the load could not be sent: {run.error}", code=1)
+    r = run.result
+    report.row("The load, when it finished", f"{len(r.ok)}/{r.num_users} requests ok in "
+                                             f"{r.duration_s:.1f} s, {r.total_tokens:,} tokens")
+    for error in r.summary()["errors"]:
+        report.note(f"failed: {error}", indent=2)
+    return data | {"load": {"sent": r.num_users, "succeeded": len(r.ok), "failed": r.num_failed,
+                            "max_tokens": args.max_tokens, "total_tokens": r.total_tokens,
+                            "duration_s": round(r.duration_s, 2)}}
 
 
 def read_metrics(srv) -> tuple[str, metrics.Snapshot]:
@@ -149,13 +189,41 @@ def read_metrics(srv) -> tuple[str, metrics.Snapshot]:
                  f"server, and still running?", code=1)
 
 
-def insight() -> None:
-    report.insight([
-        "Production watches these same /metrics: Prometheus scrapes them, Grafana plots them",
-        "Tokens/s and running requests rise together: one engine step serves the whole batch",
-        "KV-cache usage at 100% makes new requests wait (requests waiting > 0): the KV memory, "
-        "not the CPU, caps the batch",
-    ])
+PRODUCTION = "Production watches these same /metrics: Prometheus scrapes them, Grafana plots them"
+KV_FULL = 0.9   # KV-cache usage from which the cache, not max_num_seqs, is taken as the cap
+
+
+def insight_lines(snap: dict, tokens_per_s: float | None, max_num_seqs: int | None) -> list[str]:
+    """The KEY INSIGHT of a snapshot, chosen from what it shows: the batch, what waited, and
+    which limit (max_num_seqs or the KV cache) held the others back."""
+    if not snap["running"]:
+        return [PRODUCTION, "The server was idle at the snapshot (0 requests running): nothing "
+                            "to batch; --once --load N takes it while N requests run"]
+    kv = None if snap["kv_usage"] is None else f"{100 * snap['kv_usage']:.1f}%"
+    rate = f" at {tokens_per_s:.1f} tok/s" if tokens_per_s is not None else ""
+    lines = [PRODUCTION, f"{snap['running']} requests ran as one batch{rate}: each engine step "
+                         f"made a token for every one of them"]
+    if not snap["waiting"]:
+        lines.append(f"None waited: all {snap['running']} fit"
+                     + (f", in {kv} of the KV cache" if kv else ""))
+    elif max_num_seqs and snap["running"] >= max_num_seqs:
+        lines.append(f"max_num_seqs={max_num_seqs} capped the batch: {snap['running']} ran, "
+                     f"{snap['waiting']} waited"
+                     + (f", with the KV cache {kv} full: not the memory" if kv else ""))
+    elif kv and snap["kv_usage"] >= KV_FULL:
+        lines.append(f"The KV cache was {kv} full: the memory capped the batch, "
+                     f"{snap['waiting']} waited")
+    else:
+        lines.append(f"{snap['waiting']} waited, with {snap['running']} running"
+                     + (f" and the KV cache {kv} full" if kv else ""))
+    return lines
+
+
+def live_insight() -> None:
+    """The live page's header: nothing is measured yet, so what to look for, not a finding."""
+    report.insight([PRODUCTION, "Send requests from the page and watch running, waiting and "
+                                "KV-cache usage: whichever limit is reached first (max_num_seqs, "
+                                "or the KV cache at 100%) makes the rest wait"])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -176,9 +244,16 @@ def main(argv: list[str] | None = None) -> dict:
                 "engine": srv.config.describe() if srv.config else None,
                 "cache_config": cache_labels}
         if args.once:
-            data |= snapshot_once(args, srv, first)
-            insight()
-            print(f"Saved: {results.save(SCRIPT, data)}")
+            data |= (snapshot_under_load(args, srv, first) if args.load
+                     else snapshot_once(args, srv, first))
+            interval = data["last_interval"]
+            report.insight(insight_lines(data["snapshot"],
+                                         interval["tokens_per_s"] if interval else None,
+                                         srv.config.max_num_seqs if srv.config else None))
+            report.saved(results.save(SCRIPT, data))
+            if data.get("load", {}).get("failed"):
+                cli.fail(f"{data['load']['failed']} request(s) of the load failed (see the "
+                         f"report above)", code=1)
             return data
         serve_dashboard(args, srv, data["cache_config"])
         return data
@@ -277,7 +352,7 @@ def serve_dashboard(args, srv, cache: dict) -> None:
     report.row("Refresh", f"every {args.interval:g} s; latency means over the last "
                           f"{monitor.LATENCY_WINDOW_S:g} s")
     report.row("Load button", f"N concurrent requests of {args.max_tokens} tokens each")
-    insight()
+    live_insight()
 
     watcher = monitor.Monitor(srv.base_url, srv.model_name, interval_s=args.interval).start()
     demo = build_ui(watcher, args.max_tokens, refresh_s=args.interval,

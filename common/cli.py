@@ -65,6 +65,25 @@ def resolve_model_or_fail(model_flag: str | None):
         fail(str(e))
 
 
+def longest_prompt_tokens(model_path: str, prompts: list[str]) -> int:
+    """Tokens of the longest prompt, counted by the model's tokenizer alone (fast: no weights are
+    read), so a prompt that cannot fit is refused before any model loads."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    return max(len(ids) for ids in tokenizer(prompts)["input_ids"])
+
+
+def check_prompt_fits(model_path: str, prompt: str, max_tokens: int,
+                      max_model_len: int = settings.MAX_MODEL_LEN) -> None:
+    """The prompt and its new tokens must fit max_model_len (vLLM refuses more; HuggingFace is
+    held to the same, so tasks 1 and 2 run the same request), else one line and exit 2."""
+    num_prompt = longest_prompt_tokens(model_path, [prompt])
+    if num_prompt + max_tokens > max_model_len:
+        fail(f"--prompt is {num_prompt} tokens; with --max-tokens {max_tokens} that is "
+             f"{num_prompt + max_tokens}, more than max_model_len {max_model_len}: shorten it")
+
+
 # Tasks 3-4: the source's five requests (name, tokens), the pre-allocation length, the memory.
 SOURCE_REQUESTS = [("Short question", 45), ("Medium paragraph", 128), ("Quick greeting", 23),
                    ("Long document", 256), ("Code snippet", 67)]

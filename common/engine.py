@@ -87,13 +87,17 @@ class Engine:
 
 
 def start_engine(model_path: str, dtype: str, max_model_len: int = settings.MAX_MODEL_LEN,
-                 kv_cache_bytes: int = settings.KV_CACHE_BYTES) -> Engine:
-    """vllm.LLM with the source's CPU settings (see settings.apply_cpu_engine_env)."""
+                 kv_cache_bytes: int = settings.KV_CACHE_BYTES,
+                 block_size: int = settings.BLOCK_SIZE, max_num_seqs: int | None = None) -> Engine:
+    """vllm.LLM with the source's CPU settings (see settings.apply_cpu_engine_env), KV blocks of
+    settings.BLOCK_SIZE tokens as the lab's server."""
     settings.apply_cpu_engine_env()
     from vllm import LLM
 
     engine_settings = {"max_model_len": max_model_len, "kv_cache_memory_bytes": kv_cache_bytes,
-                       "enforce_eager": True, "dtype": dtype}
+                       "block_size": block_size, "enforce_eager": True, "dtype": dtype}
+    if max_num_seqs:   # the batch cap (vLLM's default is 256)
+        engine_settings["max_num_seqs"] = max_num_seqs
     start = time.perf_counter()
     llm = LLM(model=model_path, seed=settings.SEED, **engine_settings)
     return Engine(llm, time.perf_counter() - start, engine_settings)
@@ -125,3 +129,17 @@ def vllm_generate(engine: Engine, prompt: str = settings.PROMPT,
     return Generation("vLLM", out.outputs[0].text, len(out.prompt_token_ids),
                       len(out.outputs[0].token_ids), total_time_s, engine.init_time_s,
                       torch.get_num_threads())
+
+
+def vllm_generate_batch(engine: Engine, prompts: list[str],
+                        max_new_tokens: int = settings.MAX_NEW_TOKENS) -> tuple[float, int]:
+    """Every prompt at once through LLM.generate, which runs them as one batch, as the server's
+    concurrent requests: (seconds, tokens generated). Sampled as the server's requests are
+    (temperature 0.7, no per-request seed), EOS held off."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=settings.TEMPERATURE, max_tokens=max_new_tokens,
+                            min_tokens=max_new_tokens)
+    start = time.perf_counter()
+    outputs = engine.llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - start, sum(len(out.outputs[0].token_ids) for out in outputs)

@@ -156,22 +156,56 @@ class PagedRun:
     sequences: list[Sequence]
     summary: AllocationSummary
     num_pool_pages: int
-    num_pages_peak: int     # pages in use when every request had all its tokens
-    num_free_after: int     # pages free after every request was freed (== pool size)
+    num_pages_peak: int     # most pages in use at once (requests finish at different times)
+    num_free_after: int     # pages free once every request finished (all back: == pool size)
+    num_pages_reused: int   # pages handed out again after the request that had them finished
+    num_preempted: int      # times a request gave its pages back to let the others go on
+    finish_steps: list[int]  # decode step at which each request had all its tokens
 
 
 def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pages: int) -> PagedRun:
-    """Grow every request one token per step, as decoding does, interleaved, so pages are handed
-    out as tokens arrive (and a request's pages need not be next to each other); then free all."""
+    """Decode every request at once, one token per request per step, interleaved, so pages are
+    handed out as tokens arrive (and a request's pages need not be next to each other). A request
+    gives its pages back when it has all its tokens; the free list hands them to the requests
+    still growing. A request that finds no free page waits a step; when every request waits (the
+    pool is full of unfinished requests), the newest gives all its pages back and starts over
+    later, as vLLM's scheduler preempts by recomputation. No request may need more than the pool.
+    """
+    if max(cdiv(n, page_size) for n in lengths) > num_pool_pages:
+        raise OutOfPages(f"a request of {max(lengths)} tokens needs more than the "
+                         f"{num_pool_pages} pages of the pool")
     allocator = PageAllocator(num_pool_pages, page_size)
     sequences = [Sequence(name) for name in names]
-    for step in range(max(lengths)):
-        for seq, length in zip(sequences, lengths):
-            if step < length:
+    finish_steps = [0] * len(sequences)
+    handed_out: set[int] = set()
+    num_pages_peak = num_reused = num_preempted = step = 0
+    while not all(finish_steps):
+        step += 1
+        progressed = False
+        for seq, length, done in zip(sequences, lengths, finish_steps):
+            if done:
+                continue
+            num_pages = len(seq.page_table)
+            try:
                 seq.append_slot(allocator)
-    num_pages_peak = num_pool_pages - allocator.num_free
+            except OutOfPages:
+                continue                                   # waits for a page to come back
+            progressed = True
+            if len(seq.page_table) > num_pages:            # this token took a new page
+                num_reused += seq.page_table[-1] in handed_out
+                handed_out.add(seq.page_table[-1])
+        num_pages_peak = max(num_pages_peak, num_pool_pages - allocator.num_free)
+        for i, (seq, length) in enumerate(zip(sequences, lengths)):
+            if not finish_steps[i] and seq.num_tokens == length:
+                finish_steps[i] = step
+                allocator.free(seq.page_table)             # the pages go back to the pool...
+        if not progressed:                                 # ...or the newest one gives its back
+            victim = next(s for s, done in zip(reversed(sequences), reversed(finish_steps))
+                          if not done and s.page_table)
+            allocator.free(victim.page_table)
+            victim.page_table, victim.num_tokens = [], 0
+            num_preempted += 1
     summary = AllocationSummary([Allocation(s.num_tokens, len(s.page_table) * page_size)
                                  for s in sequences])
-    for seq in sequences:
-        allocator.free(seq.page_table)
-    return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free)
+    return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free,
+                    num_reused, num_preempted, finish_steps)

@@ -113,14 +113,21 @@ class LevelResult:
         lo, hi = int(k), min(int(k) + 1, len(values) - 1)
         return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
+    def seconds(self, value: float) -> str:
+        """A latency for a report: '-' where no request succeeded (nothing was measured)."""
+        return f"{value:.2f}" if self.ok else "-"
+
     def summary(self) -> dict:
+        def measured(value: float, digits: int) -> float | None:   # None: no request succeeded
+            return round(value, digits) if self.ok else None
+
         return {"users": self.num_users, "total_tokens": self.total_tokens,
                 "duration_s": round(self.duration_s, 3), "throughput_tok_s": round(self.throughput, 2),
-                "mean_latency_s": round(self.latency_stat("latency_s"), 3),
-                "p50_latency_s": round(self.latency_percentile(50), 3),
-                "p95_latency_s": round(self.latency_percentile(95), 3),
-                "mean_ttft_s": round(self.latency_stat("ttft_s"), 3),
-                "mean_tpot_s": round(self.latency_stat("tpot_s"), 4),
+                "mean_latency_s": measured(self.latency_stat("latency_s"), 3),
+                "p50_latency_s": measured(self.latency_percentile(50), 3),
+                "p95_latency_s": measured(self.latency_percentile(95), 3),
+                "mean_ttft_s": measured(self.latency_stat("ttft_s"), 3),
+                "mean_tpot_s": measured(self.latency_stat("tpot_s"), 4),
                 "succeeded": len(self.ok), "failed": self.num_failed,
                 "errors": sorted({r.error for r in self.requests if not r.success})}
 

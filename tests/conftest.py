@@ -19,6 +19,26 @@ def _results_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _server_state_in_tmp(tmp_path_factory):
+    """The servers the tests start keep their state and log (server-<port>.json/.log) in a folder
+    of the test session, never in .cache/ beside a learner's running lab. One folder for the
+    session, so a server one test starts, the next can reuse."""
+    old = os.environ.get("LAB_SERVER_DIR")
+    os.environ["LAB_SERVER_DIR"] = str(tmp_path_factory.mktemp("servers"))
+    yield
+    if old is None:
+        os.environ.pop("LAB_SERVER_DIR", None)
+    else:
+        os.environ["LAB_SERVER_DIR"] = old
+
+
+def assert_fits(text: str, width: int = 65) -> None:
+    """Every line of a report fits the report's width (common.report.WIDTH)."""
+    long = [line for line in text.splitlines() if len(line) > width]
+    assert not long, f"{len(long)} line(s) wider than {width} columns: {long[:3]}"
+
+
 def run_script(script: str, *args: str, env: dict | None = None, timeout: int = 600):
     """Run a lab script as a learner would; returns the finished process (text output)."""
     full_env = {**os.environ, **(env or {})}

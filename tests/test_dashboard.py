@@ -5,6 +5,7 @@ server on the tiny model: load sent from the page, figures rising, the server do
 from __future__ import annotations
 
 import http.server
+import os
 import re
 import shutil
 import signal
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from common import metrics, monitor, server
-from tests.conftest import REPO, run_script, saved_result
+from common import metrics, monitor, server, settings
+from tests.conftest import REPO, assert_fits, run_script, saved_result
 from tests.test_server_tasks import free_port, processes_on_port
 
 DATA = Path(__file__).parent / "data"
@@ -144,30 +145,95 @@ def test_monitor_follows_the_server_down_and_back():
 
 
 # --- against a real vLLM server ---------------------------------------------------------------
-@pytest.mark.engine
-def test_once_prints_and_saves_a_snapshot(tiny_model):
+@pytest.fixture(scope="module")
+def slow_server(tiny_model):
+    """One vLLM server on the tiny model for the tests below, with max_num_seqs=2: 2 requests
+    run at a time, so a burst of 20 keeps it busy for seconds (a snapshot can catch it loaded,
+    a kill can land mid-load). The last test kills it."""
     port = free_port()
-    config = server.ServerConfig(tiny_model, "tiny", "float32", port=port)
-    try:
-        server.ensure_server(config)
-        from common import load
-        level = load.run_level(f"http://127.0.0.1:{port}", "tiny", load.user_prompts(3), 7)
-        assert level.total_tokens == 21
-        proc = run_script("task_8_dashboard.py", "--once", "--server-port", str(port))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        r = saved_result("task_8_dashboard")
-        assert r["server_state"] == "reused" and r["dtype"] == "float32"
-        assert r["snapshot"]["generation_tokens"] == 21 and r["snapshot"]["e2e_count"] == 3
-        assert r["snapshot"]["running"] == 0 and r["last_interval"]["tokens_per_s"] == 0
-        assert r["cache_config"]["block_size"] == "128"
-        assert re.search(r"Generation tokens since start: +21\n", proc.stdout)
-        assert "already running" in proc.stdout and "left running on exit" in proc.stdout
-    finally:
-        server.stop_server(port)
+    server.ensure_server(server.ServerConfig(tiny_model, "tiny", "float32", port=port,
+                                             max_num_seqs=2))
+    yield port
+    server.stop_server(port)
+    assert processes_on_port(port) == []
+
+
+@pytest.mark.engine
+def test_once_prints_and_saves_a_snapshot(slow_server):
+    from common import load
+    port = slow_server
+    level = load.run_level(f"http://127.0.0.1:{port}", "tiny", load.user_prompts(3), 7)
+    assert level.total_tokens == 21
+    proc = run_script("task_8_dashboard.py", "--once", "--server-port", str(port))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_fits(proc.stdout)
+    r = saved_result("task_8_dashboard")
+    assert r["server_state"] == "reused" and r["dtype"] == "float32"
+    assert r["snapshot"]["generation_tokens"] == 21 and r["snapshot"]["e2e_count"] == 3
+    assert r["snapshot"]["running"] == 0 and r["last_interval"]["tokens_per_s"] == 0
+    assert r["cache_config"]["block_size"] == str(settings.BLOCK_SIZE)
+    assert re.search(r"Generation tokens since start: +21\n", proc.stdout)
+    out = " ".join(proc.stdout.split())
+    assert "already running" in out and "left running on exit" in out
+    # the insight says what the idle snapshot shows, not a claim about a batch it did not see
+    assert "The server was idle at the snapshot (0 requests running)" in out
+    assert "caps the batch" not in out and "capped the batch" not in out
+
+
+@pytest.mark.engine
+def test_once_under_load_sees_the_batch(slow_server):
+    """--once --load 20 (what `make lab` runs): the snapshot is taken while the 20 requests run:
+    2 run (max_num_seqs=2), the others wait, tokens flow, the KV cache holds the 2; the insight
+    names max_num_seqs as the cap, because the snapshot shows it."""
+    proc = run_script("task_8_dashboard.py", "--once", "--load", "20", "--max-tokens", "100",
+                      "--interval", "0.5", "--server-port", str(slow_server))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_fits(proc.stdout)
+    r = saved_result("task_8_dashboard")
+    assert r["snapshot"]["running"] == 2 and r["snapshot"]["waiting"] > 0
+    assert r["last_interval"]["tokens_per_s"] > 0 and r["snapshot"]["kv_usage"] > 0
+    assert r["load"] | {"duration_s": 0} == {"sent": 20, "succeeded": 20, "failed": 0,
+                                              "max_tokens": 100, "total_tokens": 2_000,
+                                              "duration_s": 0}
+    out = " ".join(proc.stdout.split())
+    assert f"max_num_seqs=2 capped the batch: 2 ran, {r['snapshot']['waiting']} waited" in out
+    assert "2 requests ran as one batch at" in out
+
+
+@pytest.mark.engine
+def test_task6_when_the_server_dies_mid_load(slow_server):
+    """The server killed (SIGKILL, as a crash) while task 6's 8 users run: the report still
+    prints with the failures counted, then one line and exit 1; no traceback, nothing left."""
+    port = slow_server
+    pid = server.lab_server_pid(port)
+    proc = subprocess.Popen([sys.executable, "task_6_multi_user_load.py", "--base-url",
+                             f"http://127.0.0.1:{port}", "--users", "1,8", "--max-tokens", "100"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[str] = []
+    threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True).start()
+    deadline = time.monotonic() + 120
+    while True:   # the 8 users' level runs: 2 at a time (max_num_seqs=2), the others wait
+        snap = metrics.snapshot(metrics.fetch(f"http://127.0.0.1:{port}"), 0)
+        if snap.running == 2 and snap.waiting:
+            break
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(out)[-3000:]
+        time.sleep(0.1)
+    os.killpg(os.getpgid(pid), signal.SIGKILL)          # the server and its engine core
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("ERROR: ") and \
+        err.strip().splitlines()[-1].endswith(" request(s) failed (see the report above)")
+    r = saved_result("task_6_multi_user_load")
+    assert r["levels"][0]["failed"] == 0 and r["levels"][1]["failed"] > 0
+    assert r["sequential"]["failed"] == 8                 # sent after the crash: all refused
+    text = "".join(out)
+    assert "FAILED" in text and re.search(r"\n +8 +\d+ .* \d/8\n", text)
+    assert processes_on_port(port) == []
 
 
 @pytest.mark.parametrize("args, message", [
     (["--interval", "0"], "--interval must be between 0.2 and 10 seconds"),
+    (["--load", "5"], "--load goes with --once"),
     (["--once", "--base-url", "http://127.0.0.1:9"], "no OpenAI-compatible server answers"),
     (["--port", "70000"], "'70000' is not a port (1-65535)"),
     (["--server-port", "0"], "'0' must be greater than 0"),
@@ -232,7 +298,7 @@ def wait_for(driver, elem_id: str, pattern: str, timeout_s: float = 60) -> re.Ma
 
 
 @pytest.mark.engine
-def test_dashboard_in_a_real_browser(tiny_model):
+def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
     from selenium.webdriver.common.by import By
 
     port, dashboard_port = free_port(), free_port()
@@ -260,8 +326,9 @@ def test_dashboard_in_a_real_browser(tiny_model):
         assert float(rate.group(1)) > 0
         wait_for(driver, "load-status", r"Last load: 20/20 requests ok in [\d.]+ s, 2,000 tokens")
         wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+\d+\.\d{3}")
-        shot = REPO / "results" / "task_8_dashboard_browser_test.png"
-        shot.parent.mkdir(exist_ok=True)
+        # in the test's own folder (pytest keeps the last 3 runs' under /tmp/pytest-of-$USER),
+        # never in the learner's results/
+        shot = tmp_path / "task_8_dashboard_browser_test.png"
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 20_000
 
         config = server.running_config(port)                    # the server goes down...

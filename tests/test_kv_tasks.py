@@ -22,8 +22,10 @@ def test_task3_reproduces_the_source(model_args, capsys):
     assert (r["utilization_pct"], r["waste_pct"]) == (20.3, 79.7)
     assert (r["users_contiguous"], r["users_ideal"]) == (19, 97)
     out = capsys.readouterr().out
-    assert "[####..............................................] 45/512 used (91.2% wasted)" in out
-    assert "[##................................................] 23/512 used (95.5% wasted)" in out
+    assert ("  Request 1 (Short question): 45/512 used (91.2% wasted)\n"
+            "    [####..............................................]\n") in out
+    assert ("  Request 3 (Quick greeting): 23/512 used (95.5% wasted)\n"
+            "    [##................................................]\n") in out
     assert "5.1x fewer users" in out            # 97 / 19, not the source's misprinted "19x"
     assert saved_result("task_3_kv_cache_problem")["users_ideal"] == 97
 
@@ -37,12 +39,25 @@ def test_task4_reproduces_the_source(model_args, capsys):
     assert (paged["allocated"], paged["used"], paged["utilization_pct"]) == (544, 519, 95.4)
     assert (r["slots_saved"], r["memory_ratio"]) == (2016, 4.7)
     assert (r["users_contiguous"], r["users_paged"], r["users_ratio"]) == (19, 92, 4.8)
-    # the allocator really handed pages out and took them all back
-    assert paged["peak_pages"] == 34 and paged["free_pages_after"] == paged["pool_pages"] == 160
+    # The pool is what contiguous reserves for ONE request: 512 / 16 = 32 pages. All five decode
+    # at once, a token each per step, and give their pages back when done, so they finish at
+    # different times: after step 23 (Quick greeting), 45, 67, 128 and 256. In use at once, by
+    # hand: step 23: 2+2+2+2+2 = 10; step 45: 3+3+3+3 = 12; step 67: 5+5+5 = 15 (cdiv(t, 16)
+    # each); step 128: Medium paragraph 8 + Long document 8 = 16; then Long document alone grows
+    # to 16. Peak 16, not the 34 pages the five hold in all.
+    assert (paged["pool_pages"], paged["peak_pages"], paged["preempted"]) == (32, 16, 0)
+    assert paged["free_pages_after"] == 32                  # every page came back
+    assert [q["finish_step"] for q in r["requests"]] == [45, 128, 23, 256, 67]
+    # Pages go out in token order from a first-in first-out free list: 32 fresh ids for the first
+    # 32 pages; the 33rd and 34th (Long document's 15th and 16th, at tokens 225 and 241) are the
+    # first pages freed: Quick greeting's 2 and 7, freed at step 23.
+    assert r["requests"][2]["page_ids"] == [2, 7]
+    assert r["requests"][3]["page_ids"][-2:] == [2, 7] and paged["reused_pages"] == 2
     ids = [i for q in r["requests"] for i in q["page_ids"]]
-    assert len(ids) == len(set(ids)) == 34
+    assert len(ids) == 34 and len(set(ids)) == 32
     out = capsys.readouterr().out
-    assert "Pages: [##|##]  waste: 28.1%" in out
+    assert "  Request 3: 23 tokens -> 2 pages (32 slots), waste 28.1%\n    Pages: [##|##]\n" in out
+    assert "Most in use at once (peak):       16 of 32" in out
     assert "Memory saved: 2016 slots (4.7x less memory)" in out
 
 
@@ -69,6 +84,23 @@ def test_custom_lengths(model_args):
     assert r["paged"]["allocated"] == 64 and r["contiguous"]["allocated"] == 96
     assert r["users_contiguous"] == 100 // 32
     assert r["users_paged"] == 100 // (64 // 3)
+
+
+def test_paged_run_reuses_and_preempts():
+    # pool of 2 pages: request 3 waits a step for a page; request 1 (1 token) frees page 0 after
+    # step 1, request 3 takes it at step 2, and page 1 when request 2 (16 tokens) is done
+    r = kv.run_paged([1, 16, 17], ["a", "b", "c"], page_size=16, num_pool_pages=2)
+    assert [s.page_table for s in r.sequences] == [[0], [1], [0, 1]]
+    assert (r.num_pages_peak, r.num_pages_reused, r.num_preempted) == (2, 2, 0)
+    assert r.finish_steps == [1, 16, 18] and r.num_free_after == 2
+    # two requests that each need the whole pool of 4 pages: at step 33 both hold 2 and neither
+    # can go on, so the newer (b) gives its pages back and starts over; at step 50 a holds 3, b 1:
+    # b again; then a takes the last page, finishes at step 66, and b runs alone (67-130)
+    r = kv.run_paged([64, 64], ["a", "b"], page_size=16, num_pool_pages=4)
+    assert [s.num_tokens for s in r.sequences] == [64, 64]
+    assert (r.num_preempted, r.finish_steps, r.num_free_after) == (2, [66, 130], 4)
+    with pytest.raises(kv.OutOfPages):
+        kv.run_paged([65], ["a"], page_size=16, num_pool_pages=4)
 
 
 def test_page_allocator_runs_out_and_frees():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import summary
-from common import server
-from tests.conftest import run_script, saved_result
+from common import kv, server, settings
+from tests.conftest import assert_fits, run_script, saved_result
 from tests.test_server_tasks import free_port, processes_on_port
 from tests.test_tasks_1_2 import check_generation
 
@@ -21,18 +21,21 @@ def test_the_whole_lab_on_the_real_model(real_model):
         proc = run_script("lab.py", "--port", str(port), timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
         assert "Traceback" not in proc.stderr
+        assert_fits(proc.stdout)                     # every report of every step: 65 columns
         run = saved_result("lab_run")
         assert run["completed"] is True
         assert [s["script"] for s in run["steps"]] == [
             "verify_environment.py", "task_1_hf_baseline.py", "task_2_vllm_inference.py",
             "task_3_kv_cache_problem.py", "task_4_paged_attention.py", "task_5_api_server.py",
-            "task_6_multi_user_load.py", "task_7_tuning.py", "task_8_dashboard.py"]
+            "task_6_multi_user_load.py", "task_7_tuning.py", "task_8_dashboard.py",
+            "task_9_build_your_own_engine.py"]
         for step in run["steps"]:
             assert step["exit_code"] == 0 and step["seconds"] > 0
             assert 0 < step["peak_memory_bytes"] < summary.MEMORY_BUDGET_BYTES, step
-        # tasks 5-8: the script, the API server, its engine core, the engine's worker (and
-        # multiprocessing's resource tracker)
-        assert all(s["peak_processes"] >= 4 for s in run["steps"][5:])
+        # tasks 5-8: the script + the server's 3 processes: the API server, its engine core
+        # holding the worker (VLLM_ENABLE_V1_MULTIPROCESSING=0) and multiprocessing's
+        # resource tracker
+        assert [s["peak_processes"] for s in run["steps"][5:9]] == [4, 4, 4, 4]
 
         assert saved_result("verify_environment")["passed"] == 5
         t1, t2 = saved_result("task_1_hf_baseline"), saved_result("task_2_vllm_inference")
@@ -40,11 +43,19 @@ def test_the_whole_lab_on_the_real_model(real_model):
         check_generation(t2)
         assert t1["model_path"] == t2["model_path"] == real_model.path
         assert t2["baseline"]["source"].startswith("task 1's saved result")
-        # What vLLM allocated for SmolLM's shape in 128 MiB (SPEC: 5,760 tokens / 45.00x bf16,
-        # 2,816 / 22.00x fp32), read from the engine and derived from the config: equal.
-        expected = {"bfloat16": (45, 5_760, 45.0), "float32": (22, 2_816, 22.0)}[t2["dtype"]]
+        # What vLLM allocated for SmolLM's shape in 128 MiB, in blocks of settings.BLOCK_SIZE
+        # (SPEC, blocks of 128: 5,760 tokens / 45.00x bf16, 2,816 / 22.00x fp32), read from the
+        # engine and derived from the config: equal.
+        bytes_per_token = {"bfloat16": 23_040, "float32": 46_080}[t2["dtype"]]
+        derived = kv.derive_capacity(bytes_per_token, settings.KV_CACHE_BYTES,
+                                     settings.BLOCK_SIZE, settings.MAX_MODEL_LEN)
+        expected = (derived.num_blocks, derived.num_tokens, derived.max_concurrency)
+        if settings.BLOCK_SIZE == 128:
+            assert expected == {"bfloat16": (45, 5_760, 45.0), "float32": (22, 2_816, 22.0)}[
+                t2["dtype"]]
         engine = t2["kv_capacity_engine"]
         assert (engine["num_blocks"], engine["num_tokens"], engine["max_concurrency"]) == expected
+        assert engine["block_size"] == settings.BLOCK_SIZE
         assert t2["kv_capacity_agree"] is True
 
         t5, t6, t7, t8 = (saved_result(s) for s in ("task_5_api_server", "task_6_multi_user_load",
@@ -54,21 +65,45 @@ def test_the_whole_lab_on_the_real_model(real_model):
         assert [lv["total_tokens"] for lv in t6["levels"]] == [50, 250, 500, 1000]
         assert all(lv["failed"] == 0 for lv in t6["levels"]) and t6["server_state"] == "reused"
         assert t6["sequential"]["total_tokens"] == 1000
-        assert [c["kv_max_concurrency"] for c in t7["configs"]] == [expected[2]] * 3
+        assert [c["kv_max_concurrency"] for c in t7["configs"]] == [
+            kv.derive_capacity(bytes_per_token, settings.KV_CACHE_BYTES, settings.BLOCK_SIZE,
+                               c["max_model_len"]).max_concurrency for c in t7["configs"]]
         assert t7["configs"][2]["peak_running"] <= 8
         assert all(c["succeeded"] == 10 for c in t7["configs"])
-        # task 8 watches the server task 7 left (config C): every request made exactly 50 tokens
+        # task 8 watches the server task 7 left (config C, max_num_seqs=8) while 20 requests run:
+        # 8 run, the rest wait, the KV cache is in use, tokens flow; the insight names the cap
         assert t8["server_state"] == "reused" and "max_num_seqs=8" in t8["engine"]
-        assert t8["snapshot"]["e2e_count"] == 11                  # task 7's warm-up + 10
-        assert t8["snapshot"]["generation_tokens"] == 50 * 11
-        assert float(t8["cache_config"]["kv_cache_max_concurrency"]) == expected[2]
+        assert t8["load"] | {"duration_s": 0} == {"sent": 20, "succeeded": 20, "failed": 0,
+                                                  "max_tokens": 50, "total_tokens": 1000,
+                                                  "duration_s": 0}
+        assert t8["snapshot"]["running"] == 8 and t8["snapshot"]["waiting"] > 0
+        assert t8["last_interval"]["tokens_per_s"] > 0 and t8["snapshot"]["kv_usage"] > 0
+        assert "max_num_seqs=8 capped the batch: 8 ran" in " ".join(proc.stdout.split())
+        assert float(t8["cache_config"]["kv_cache_max_concurrency"]) == \
+            t7["configs"][2]["kv_max_concurrency"]
+
+        # task 9 on its defaults: token-identical, all three policies made every token, vLLM too
+        t9 = saved_result("task_9_build_your_own_engine")
+        assert t9["correctness"]["num_identical"] == 8 and t9["correctness"]["mismatches"] == []
+        lengths = t9["workload_output_lengths"]
+        assert len(lengths) == 32
+        assert [p["num_tokens"] for p in t9["policies"].values()] == [sum(lengths)] * 3
+        assert t9["vllm"]["num_tokens"] == t9["transformers_static"]["num_tokens"] == sum(lengths)
+        assert t9["vllm"]["block_size"] == settings.BLOCK_SIZE
 
         s = saved_result("summary")
         assert all("not run yet" not in row["figure"] for row in s["rows"])
         assert s["rows"][1]["figure"] == f"{t1['tokens_per_s']:.1f} tok/s"
+        assert s["rows"][8]["figure"].startswith("20 sent: 8 running, ")   # what task 8 saw
         assert set(s["roofline"]["placed"]) == {"task_1_hf_baseline", "task_2_vllm_inference",
                                                 "task_6_multi_user_load"}
         assert s["roofline"]["num_params"] == 134_515_008
+        # every measured step on three rungs, the kernel floor measured at the batches that ran
+        assert sorted(saved_result("machine")["kernel_floor"]["step_s"], key=int) == ["1", "20"]
+        rungs = s["roofline"]["rungs"]
+        assert [g["label"] for g in rungs] == ["HF, 1 request", "vLLM, 1 request",
+                                               "server, 1 user", "server, 20 users"]
+        assert all(g["floor_ms"] > 0 and g["step_ms"] > 0 for g in rungs)
         assert s["lab_run"]["steps"] == run["steps"]
         assert f"still running on :{port}" in proc.stdout
     finally:

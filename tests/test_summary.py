@@ -12,7 +12,7 @@ import pytest
 import summary
 from common import memory, results
 from common import roofline as rl
-from tests.conftest import run_script, saved_result
+from tests.conftest import assert_fits, run_script, saved_result
 
 # SmolLM-135M's config.json (the source's model; SmolLM2-135M has the same shapes)
 SMOLLM = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -84,6 +84,135 @@ def test_measure_machine_gives_figures():
     assert set(machine.flops_s) == {"float32", "bfloat16"} and min(machine.flops_s.values()) > 1e8
 
 
+# --- the three rungs: ceiling, kernel floor, measured step --------------------------------------
+def test_linear_shapes_are_the_weights_a_step_multiplies():
+    shapes = rl.linear_shapes(SMOLLM)
+    assert len(shapes) == 30 * 7 + 1
+    # q, k, v, o, gate, up, down of one layer (out, in), and the LM head (vocab x hidden)
+    assert shapes[:7] == [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576),
+                          (1536, 576), (576, 1536)]
+    assert shapes[-1] == (49_152, 576)
+    assert sum(o * i for o, i in shapes) == rl.model_cost(SMOLLM, "float32", 4).matmul_params
+
+
+def test_attribution_on_given_inputs():
+    a = rl.attribute_step(ceiling_ms=20.0, floor_ms=73.0, step_ms=85.0)
+    assert a["library_ms"] == pytest.approx(53.0, rel=1e-12)      # floor - ceiling
+    assert a["engine_ms"] == pytest.approx(12.0, rel=1e-12)       # step - floor
+    assert a["ceiling_pct"] == pytest.approx(100 * 20 / 85, rel=1e-12)
+    assert a["library_pct"] == pytest.approx(100 * 53 / 85, rel=1e-12)
+    assert a["engine_pct"] == pytest.approx(100 * 12 / 85, rel=1e-12)
+    assert a["ceiling_pct"] + a["library_pct"] + a["engine_pct"] == pytest.approx(100, rel=1e-12)
+    assert a["larger_gap"] == "library"
+    b = rl.attribute_step(ceiling_ms=20.0, floor_ms=30.0, step_ms=85.0)
+    assert (b["library_ms"], b["engine_ms"], b["larger_gap"]) == (10.0, 55.0, "engine")
+
+
+def rung_results() -> dict:
+    """Tasks 1, 2 and 6 as saved: steps of 50, 34, 50 (1 user) and 100 ms (20 users)."""
+    return {"task_1_hf_baseline": {"tokens_per_s": 20.0, "total_time_s": 2.5,
+                                   "generated_tokens": 50},
+            "task_2_vllm_inference": {"tokens_per_s": 29.41, "total_time_s": 1.7,
+                                      "generated_tokens": 50},
+            "task_6_multi_user_load": {"levels": [
+                {"users": 1, "throughput_tok_s": 20.0, "mean_tpot_s": 0.05},
+                {"users": 20, "throughput_tok_s": 200.0, "mean_tpot_s": 0.1}]}}
+
+
+def test_every_measured_step_is_placed_on_three_rungs():
+    res = rung_results()
+    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    assert summary.floor_batches(res) == [1, 20]
+    floor = rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060})
+    rungs = summary.roofline(res, cost, MACHINE, context=36, floor=floor)["rungs"]
+    assert [(g["label"], g["users"]) for g in rungs] == [
+        ("HF, 1 request", 1), ("vLLM, 1 request", 1), ("server, 1 user", 1),
+        ("server, 20 users", 20)]
+    # 1 request: one read of the weights + 36 tokens of KV at 20 GB/s (the FLOPs take less)
+    one = 1000 * 269_860_608 / 20e9
+    # 20 requests: one read + 20 KV caches (14.3 ms) against 20 x 271 MFLOP at 1 TFLOP/s (5.4 ms)
+    twenty = 1000 * (269_031_168 + 20 * 36 * 23_040) / 20e9
+    expected = [(one, 30.0, 1000 * 2.5 / 50), (one, 30.0, 1000 * 1.7 / 50), (one, 30.0, 50.0),
+                (twenty, 60.0, 100.0)]
+    for g, (ceiling_ms, floor_ms, step_ms) in zip(rungs, expected):
+        assert g["ceiling_ms"] == pytest.approx(ceiling_ms, rel=1e-12)
+        assert g["floor_ms"] == pytest.approx(floor_ms, rel=1e-12)
+        assert g["step_ms"] == pytest.approx(step_ms, rel=1e-12)
+        assert g["library_ms"] == pytest.approx(floor_ms - ceiling_ms, rel=1e-12)
+        assert g["engine_ms"] == pytest.approx(step_ms - floor_ms, rel=1e-12)
+        assert g["engine_pct"] == pytest.approx(100 * (step_ms - floor_ms) / step_ms, rel=1e-12)
+    # HF: 16.5 ms of library against 20 ms of engine; vLLM: 16.5 against 4
+    assert [g["larger_gap"] for g in rungs] == ["engine", "library", "engine", "library"]
+
+
+def test_no_rungs_without_a_floor_for_this_model_dtype_and_batches():
+    res = rung_results()
+    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    for floor in (None,
+                  rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.03, 20: 0.06}),
+                  rl.KernelFloor("bfloat16", 2, cost.matmul_params + 1, {1: 0.03, 20: 0.06}),
+                  rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.03})):
+        assert summary.roofline(res, cost, MACHINE, context=36, floor=floor)["rungs"] == []
+
+
+def test_the_explanation_is_chosen_by_the_larger_gap():
+    library = {"label": "vLLM, 1 request", **rl.attribute_step(20.0, 73.0, 85.0)}
+    engine = {"label": "HF, 1 request", **rl.attribute_step(20.0, 30.0, 85.0)}
+    text = summary.explain_rungs([library])
+    assert text.startswith("vLLM, 1 request: most of the time below the ceiling is the matmul "
+                           "library.")
+    assert "the rest of the step, beyond the matmuls" not in text
+    text = summary.explain_rungs([engine])
+    assert text.startswith("HF, 1 request: most of the time below the ceiling is the rest of "
+                           "the step, beyond the matmuls")
+    assert "matmul library" not in text
+    both = summary.explain_rungs([library, engine])
+    assert "vLLM, 1 request: most of the time below the ceiling is the matmul library" in both
+    assert "HF, 1 request: most of the time below the ceiling is the rest of the step" in both
+    faster = {"label": "server, 20 users", **rl.attribute_step(50.0, 180.0, 170.0)}
+    assert "server, 20 users ran faster than the floor" in summary.explain_rungs([faster])
+
+
+def test_measure_kernel_floor_times_the_model_shapes():
+    tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 32, "intermediate_size": 128,
+            "vocab_size": 1000}
+    floor = rl.measure_kernel_floor(tiny, "float32", threads=2, batches=[20, 1, 20])
+    assert (floor.dtype, floor.threads) == ("float32", 2)
+    assert floor.matmul_params == rl.model_cost(tiny, "float32", 4).matmul_params
+    assert sorted(floor.step_s) == [1, 20] and all(t > 0 for t in floor.step_s.values())
+
+
+def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(SMOLLM))
+    save_lab_results()
+    res = rung_results()
+    for step in res:
+        results.save(step, {"model": "m", "dtype": "bfloat16", "model_path": str(model),
+                            "prompt_tokens": 11, "generated_tokens": 50, "speedup": 1.5,
+                            "scaling_factor": 10.0} | res[step])
+    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    results.save("machine", {"bandwidth_bytes_s": 20e9, "threads": 2, "host": "learner-vm",
+                             "flops_s": {"float32": 250e9, "bfloat16": 1e12},
+                             "kernel_floor": {"dtype": "bfloat16", "threads": 2,
+                                              "matmul_params": cost.matmul_params,
+                                              "step_s": {"1": 0.030, "20": 0.060}}})
+    proc = run_script("summary.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = saved_result("summary")["roofline"]
+    assert [g["floor_ms"] for g in r["rungs"]] == pytest.approx([30.0, 30.0, 30.0, 60.0],
+                                                                 rel=1e-12)
+    out = " ".join(proc.stdout.split())
+    assert "WHERE EACH STEP'S TIME GOES" in out
+    assert re.search(r"server, 20 users +14\.3 +60\.0 +100\.0 +46 \(46%\) +40 \(40%\)", out)
+    assert "vLLM, 1 request and server, 20 users: most of the time below the ceiling is " \
+           "the matmul library" in out
+    assert "HF, 1 request and server, 1 user: most of the time below the ceiling is the " \
+           "rest of the step" in out
+
+
 # --- the summary table from saved results -----------------------------------------------------
 def save_lab_results(model: str = "SmolLM2-135M-Instruct", dtype: str = "bfloat16") -> None:
     common = {"model": model, "dtype": dtype}
@@ -101,8 +230,12 @@ def save_lab_results(model: str = "SmolLM2-135M-Instruct", dtype: str = "bfloat1
         {"label": "A: Default", "throughput_tok_s": 149.3},
         {"label": "B: Shorter Context", "throughput_tok_s": 142.3},
         {"label": "C: Limited Concurrency", "throughput_tok_s": 91.5}]})
-    results.save("task_8_dashboard", common | {"snapshot": {"e2e_count": 11.0,
-                                                            "generation_tokens": 550.0}})
+    results.save("task_8_dashboard", common | {
+        "snapshot": {"running": 8, "waiting": 12, "kv_usage": 0.3636, "e2e_count": 11.0},
+        "last_interval": {"tokens_per_s": 61.04}, "load": {"sent": 20}})
+    results.save("task_9_build_your_own_engine", common | {
+        "correctness": {"num_identical": 8, "num_prompts": 8},
+        "continuous_over_static": 1.654, "engine_over_vllm": 1.306})
 
 
 def test_summary_rows_from_saved_results():
@@ -119,7 +252,8 @@ def test_summary_rows_from_saved_results():
         ("5", "OpenAI-compatible server", "not run yet: python task_5_api_server.py"),
         ("6", "Concurrent users", "20 users 194.4 tok/s (9.8x)"),
         ("7", "Parameter tuning", "A 149.3 / B 142.3 / C 91.5 tok/s"),
-        ("8", "Dashboard over /metrics", "550 tokens, 11 requests counted"),
+        ("8", "Dashboard over /metrics", "20 sent: 8 running, 12 waiting, 61.0 tok/s, KV 36%"),
+        ("9", "Engine built from scratch", "8/8 = HF, 1.65x static, 1.31x vLLM"),
     ]
     assert "Model, dtype:                     SmolLM2-135M-Instruct, bfloat16" in proc.stdout
     assert "Cores (threads):                  2 (this machine)" not in proc.stdout
@@ -127,6 +261,7 @@ def test_summary_rows_from_saved_results():
         in proc.stdout                              # the machine the lab ran on, from its results
     assert "Measured:" in proc.stdout
     assert "Single request: 1.3x. Concurrent requests: 9.8x." in proc.stdout
+    assert_fits(proc.stdout)
     assert "NOTE" not in proc.stdout
 
 
@@ -165,15 +300,17 @@ def test_roofline_is_placed_with_the_saved_machine_figures(tmp_path):
     # context 11 + 50 // 2 = 36 tokens: the figures of test_ceilings_on_given_inputs
     assert r["context"] == 36 and r["bytes_per_token"] == 269_860_608
     assert r["bandwidth_ceiling_tok_s"] == pytest.approx(20e9 / 269_860_608, rel=1e-12)
-    assert "on learner-vm" in proc.stdout
-    assert "1-request ceiling (tok/s):        74.1 = bandwidth / bytes per token" in proc.stdout
-    assert "Compute ceiling (tok/s):          3,684 = bfloat16 matmul" in proc.stdout
-    assert "  vLLM, 1 request:                27.96 tok/s" not in proc.stdout
-    assert "  vLLM, 1 request:                28.0 tok/s = 38% of the bandwidth ceiling" in proc.stdout
-    assert "  server, 20 users:               200.0 tok/s = 5.4% of the compute ceiling" in proc.stdout
+    assert_fits(proc.stdout)
+    out = " ".join(proc.stdout.split())   # the report wraps long values at 65 columns
+    assert "on learner-vm" in out
+    assert "1-request ceiling (tok/s): 74.1 = bandwidth / bytes per token" in out
+    assert "Compute ceiling (tok/s): 3,684 = bfloat16 matmul" in out
+    assert "vLLM, 1 request: 27.96 tok/s" not in out
+    assert "  vLLM, 1 request:                28.0 tok/s = 38% of the" in proc.stdout
+    assert "vLLM, 1 request: 28.0 tok/s = 38% of the bandwidth ceiling" in out
+    assert "server, 20 users: 200.0 tok/s = 5.4% of the compute ceiling" in out
     # the server's measured step: 50 ms for 1 request, 100 ms for 20 (10x the tok/s, 2x the time)
-    assert "took 50 ms for 1 request and 100 ms for 20: 10.0x the tokens/s for 2.0x" in \
-        " ".join(proc.stdout.split())
+    assert "took 50 ms for 1 request and 100 ms for 20: 10.0x the tokens/s for 2.0x" in out
 
 
 def test_summary_flags_steps_that_ran_another_model():
@@ -197,6 +334,7 @@ def test_summary_shows_time_and_memory_of_the_last_lab_run():
     assert re.search(r"\ntask_1_hf_baseline.py +12.5 +1.10 +1\n", proc.stdout)
     assert re.search(r"\ntask_6_multi_user_load.py +70.0 +3.60 OVER +4\n", proc.stdout)
     assert "Total time (min):                 4.2" in proc.stdout
+    assert_fits(proc.stdout)
 
 
 # --- peak memory --------------------------------------------------------------------------------
@@ -227,8 +365,8 @@ def test_lab_run_refuses_bad_flags():
 
 def test_peak_memory_counts_the_lab_server_an_earlier_step_started(tmp_path, monkeypatch):
     """A server started by task 5 is no child of task 6, yet task 6's peak includes it: it is
-    found through <cache>/server-<port>.json, as the lab server is."""
-    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
+    found through its state file server-<port>.json, as the lab server is."""
+    monkeypatch.setenv("LAB_SERVER_DIR", str(tmp_path))
     # what the lab checks before it counts a process group as its server: the command line
     fake_server = subprocess.Popen([sys.executable, "-c", HOLD.format(n=150).replace("1.5", "5"),
                                     "vllm.entrypoints.openai.api_server", "--port", "8123"],

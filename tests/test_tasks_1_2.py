@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_script, saved_result
+from common import settings
+from tests.conftest import assert_fits, run_script, saved_result
 
 
 def check_generation(r: dict, tokens: int = 50) -> None:
@@ -24,7 +25,10 @@ def test_tasks_1_and_2_on_the_tiny_model(tiny_model):
     check_generation(t1, 20)
     assert (t1["model_path"], t1["dtype"], t1["model_source"]) == (tiny_model, "float32",
                                                                   "--model, local folder")
-    assert "Tokens per second (tok/s):" in proc.stdout and "float32 (asked for with --dtype)" in proc.stdout
+    assert "Tokens per second (tok/s):" in proc.stdout
+    assert "dtype: float32 (asked for with --dtype)" in " ".join(proc.stdout.split())
+    assert_fits(proc.stdout)
+    assert proc.stdout.count("\nModel:") == 1                # the model row once per report
 
     proc = run_script("task_2_vllm_inference.py", *args)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -35,10 +39,15 @@ def test_tasks_1_and_2_on_the_tiny_model(tiny_model):
     assert t2["speedup"] == round(t2["tokens_per_s"] / t1["tokens_per_s"], 2)
     # 2 (K,V) x 2 layers x 1 KV head x 64 dims x 4 B = 1,024 B/token; 128 MiB / (1,024 x 128)
     assert t2["kv_capacity_derived"]["kv_bytes_per_token"] == 1_024
-    assert t2["kv_capacity_engine"] == {"num_blocks": 1_024, "block_size": 128,
+    # 128 MiB / (1,024 B x 16 tokens) = 8,192 blocks of settings.BLOCK_SIZE = 16 (task 4's page);
+    # a request of 128 tokens holds 8 of them: 1,024 at once
+    assert settings.BLOCK_SIZE == 16
+    assert t2["kv_capacity_engine"] == {"num_blocks": 8_192, "block_size": 16,
                                         "num_tokens": 131_072, "max_concurrency": 1_024.0}
     assert t2["kv_capacity_agree"] is True
     assert "Engine and config agree to the block." in proc.stdout
+    assert_fits(proc.stdout)
+    assert proc.stdout.count("\nModel:") == 1
 
 
 @pytest.mark.engine

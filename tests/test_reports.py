@@ -1,0 +1,168 @@
+"""What the reports print: every line within the 65 columns the report rules out, values in
+their column whatever the label, and every KEY INSIGHT chosen from the figures it explains
+(tasks 6, 7, 8 on given figures: the lines change when the figures do). Cheap: no engine, no
+server; tasks 3-4 run in full on the tiny model."""
+from __future__ import annotations
+
+import pytest
+
+import task_2_vllm_inference as task2
+import task_3_kv_cache_problem as task3
+import task_4_paged_attention as task4
+import task_6_multi_user_load as task6
+import task_7_tuning as task7
+import task_8_dashboard as task8
+from common import kv, report
+from common.load import LevelResult, RequestResult
+from tests.conftest import assert_fits
+
+
+# --- the printer ------------------------------------------------------------------------------
+def test_a_long_label_gets_its_own_line_and_the_value_keeps_its_column(capsys):
+    report.row("A label far longer than the label column", "42")
+    report.row("Short", "a value long enough that it has to wrap under itself, not the label")
+    report.row("  path", "/a/path/" + "x" * 40)
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "A label far longer than the label column:",
+        " " * 34 + "42",
+        "Short:                            a value long enough that it has",
+        " " * 34 + "to wrap under itself, not the",
+        " " * 34 + "label",
+        "  path:",
+        "    /a/path/" + "x" * 40]          # a word too long for the value column: next line
+    assert_fits(out)
+
+
+def test_a_table_cell_wraps_inside_its_column(capsys):
+    report.table(["Step", "Figure"], [("1", "a figure too long for its column here")],
+                 widths=[5, 20], align_left=(0, 1))
+    assert capsys.readouterr().out.splitlines() == [
+        "Step Figure", "-" * 25, "1    a figure too long", "     for its column here"]
+    with pytest.raises(AssertionError):
+        report.table(["a", "b"], [], widths=[40, 30])     # wider than the report
+
+
+@pytest.fixture(scope="module")
+def model_args(tiny_model):
+    return ["--model", tiny_model, "--dtype", "float32"]
+
+
+@pytest.mark.parametrize("task", [task3, task4])
+def test_kv_tasks_fit_65_columns(task, model_args, capsys):
+    task.main(model_args)
+    out = capsys.readouterr().out
+    assert_fits(out)
+    assert out.count("\nModel:") == 1                    # the model row once per report
+    assert "[45, 128" not in out                         # no Python list printed raw
+
+
+def test_tasks_3_and_4_say_why_the_budget_is_fewer_tokens_in_vllm(model_args, capsys):
+    """128 MiB / 1,024 B = 131,072 slots = 1,024 whole blocks of 128 for the tiny model; the
+    real model in fp32: 2,912 slots but 22 blocks x 128 = 2,816 (task 2's figure)."""
+    r = task3.main(model_args)["in_bytes"]
+    assert (r["budget_token_slots"], r["budget_blocks"]) == (131_072, 131_072 // r["block_size"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "vLLM allocates whole blocks of" in out
+
+
+# --- task 2: the KV check compares the engine with what the lab asked for ---------------------
+def test_task2_capacity_check_can_fail(capsys):
+    model_kv = kv.ModelKV(num_layers=2, num_kv_heads=1, head_dim=64, dtype="float32",
+                          dtype_bytes=4)                     # 1,024 B per token
+    as_asked = kv.KVCapacity(num_blocks=1_024, block_size=128, max_model_len=128)
+    assert task2.compare_capacity(as_asked, model_kv, 128, 128) == (as_asked, True)
+    # an engine that ignored the lab's block size (16-token blocks: 8,192 of them) disagrees
+    other = kv.KVCapacity(num_blocks=8_192, block_size=16, max_model_len=128)
+    derived, agree = task2.compare_capacity(other, model_kv, 128, 128)
+    assert (derived, agree) == (as_asked, False)
+    out = capsys.readouterr().out
+    assert "MISMATCH" in out and "Engine and config agree" in out     # the first call agreed
+    assert_fits(out)
+
+
+# --- task 6: the insight from the levels ------------------------------------------------------
+def level(users: int, duration_s: float, latency_s: float, ttft_s: float, tokens: int = 50,
+          failed: int = 0) -> LevelResult:
+    ok = [RequestResult(True, tokens, 10, ttft_s, latency_s)] * (users - failed)
+    return LevelResult(users, duration_s, ok + [RequestResult(False, error="boom")] * failed)
+
+
+def test_task6_insight_when_throughput_scales():
+    lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 9.0, 0.5)], None)
+    assert lines[0] == "Throughput SCALES with concurrent users: 10.0x from 1 to 20 users " \
+                       "(10.0 -> 100.0 tok/s)"
+    assert lines[1].startswith("The 20 requests sent at once got their first token after "
+                               "0.50 s on average, sooner than one request takes alone (5.00 s)")
+    assert lines[2] == "Per-request latency rose 5.00 -> 9.00 s (1.8x) at 20 users, while " \
+                       "throughput rose 10.0x: the price of sharing each step"
+
+
+def test_task6_insight_when_it_does_not():
+    lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(4, 18.0, 18.0, 6.0)], None)
+    assert lines[0].startswith("Throughput barely grew: 1.1x from 1 to 4 users (10.0 -> 11.1 "
+                               "tok/s); each step took")
+    assert lines[1] == "Requests queued: at 4 users the mean time to first token (6.00 s) " \
+                       "was longer than one whole request alone (5.00 s)"
+    assert lines[2].endswith(", with little more throughput")
+    assert not any("SCALES" in line or "continuous batching" in line for line in lines)
+
+
+def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
+    dead = level(5, 1.0, 0.0, 0.0, failed=5)
+    lines = task6.insights([level(1, 5.0, 5.0, 0.2), dead], level(5, 2.0, 1.0, 0.1, failed=2))
+    assert lines[0] == "7 of 11 requests FAILED: the figures count only the ones that succeeded"
+    assert lines[1].startswith("Nothing to compare")
+    assert dead.seconds(dead.latency_stat("latency_s")) == "-"
+    assert dead.summary()["mean_latency_s"] is None and dead.summary()["failed"] == 5
+
+
+# --- task 7: the insight from the three configs -----------------------------------------------
+def config(label, max_model_len, max_num_seqs, blocks, concurrency, running, waiting, tok_s):
+    return {"label": label, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
+            "kv_blocks": blocks, "kv_block_size": 128, "kv_max_concurrency": concurrency,
+            "peak_running": running, "peak_waiting": waiting, "throughput_tok_s": tok_s}
+
+
+def test_task7_insight_from_the_configs():
+    rows = [config("A: Default", 128, 256, 22, 22.0, 10, 0, 80.0),
+            config("B: Shorter Context", 64, 256, 22, 22.0, 10, 0, 81.0),
+            config("C: Limited Concurrency", 64, 8, 22, 22.0, 8, 2, 60.0)]
+    lines = task7.insights(rows, 10)
+    assert lines == [
+        "max_model_len sets the KV memory per request in whole 128-token blocks: 64 tokens hold "
+        "1 block(s), 128 tokens 1, so B fits 22x requests at once, A 22x",
+        "max_num_seqs caps the batch: with max_num_seqs=8, 8 ran and 2 waited; 60.0 tok/s "
+        "against B's 81.0 (max_num_seqs=256)",
+        "max_num_seqs divides no memory: C's KV cache is the same 22 blocks; it only caps how "
+        "many requests one engine step serves"]
+    # 16-token blocks: 64 tokens hold 4, 128 hold 8, so B fits twice A; and C saw nothing wait
+    rows[1] |= {"kv_max_concurrency": 44.0}
+    rows[2] |= {"peak_running": 6, "peak_waiting": 0, "max_num_seqs": 8}
+    lines = task7.insights(rows, 6)
+    assert lines[0] == "max_model_len sets the KV memory per request: 128 -> 64 tokens took " \
+                       "the engine from 22x to 44x requests at once"
+    assert lines[1] == "max_num_seqs=8 capped nothing here: at most 6 of the 6 requests ran " \
+                       "at once and none was seen waiting"
+
+
+# --- task 8: the insight from the snapshot ----------------------------------------------------
+def snap(running, waiting, kv_usage):
+    return {"running": running, "waiting": waiting, "kv_usage": kv_usage}
+
+
+def test_task8_insight_from_the_snapshot():
+    assert task8.insight_lines(snap(0, 0, 0.0), 0.0, 8)[1].startswith(
+        "The server was idle at the snapshot (0 requests running)")
+    lines = task8.insight_lines(snap(8, 12, 0.364), 61.04, 8)
+    assert lines[1:] == [
+        "8 requests ran as one batch at 61.0 tok/s: each engine step made a token for every "
+        "one of them",
+        "max_num_seqs=8 capped the batch: 8 ran, 12 waited, with the KV cache 36.4% full: not "
+        "the memory"]
+    assert task8.insight_lines(snap(44, 56, 1.0), 260.0, 256)[2] == \
+        "The KV cache was 100.0% full: the memory capped the batch, 56 waited"
+    assert task8.insight_lines(snap(20, 0, 0.455), 150.0, 256)[2] == \
+        "None waited: all 20 fit, in 45.5% of the KV cache"
+    assert task8.insight_lines(snap(3, 2, None), None, None)[2] == \
+        "2 waited, with 3 running"                     # a server that exports no KV usage

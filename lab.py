@@ -1,12 +1,13 @@
-"""The whole lab in one command (`make lab`): verify_environment.py, tasks 1-7 and task 8's
-one-snapshot form, each run as a learner runs it, one after another, then the summary.
+"""The whole lab in one command (`make lab`): verify_environment.py, tasks 1-7, task 8's
+one-snapshot form and task 9, each run as a learner runs it, one after another, then the summary.
 
 Each step's wall time and peak memory (PSS of the script, its children and the lab's vLLM server,
 which tasks 5-8 share) are measured and saved to results/lab_run.json, for the summary. A lab
 server left from an earlier run is stopped first, so task 5 starts one and every step is measured
 from the same clean state. The lab stops at the first step that fails, says which, stops the
-vLLM server and exits 1. The server stays up at the end for the dashboard (`make stop`); on Ctrl-C
-it is stopped. Task 8's snapshot is taken while 20 requests run on the server task 7 left.
+vLLM server and exits 1. The server is stopped before task 9, which runs engines of its own
+(`make dashboard` starts one again); on Ctrl-C it is stopped. Task 8's snapshot is taken while
+20 requests run on the server task 7 left.
 
     python lab.py [--port 8000]
 """
@@ -22,6 +23,9 @@ import summary
 from common import cli, memory, report, results, server, settings
 
 SCRIPT = "lab_run"
+# Task 9 runs its own engines (its own, transformers', vLLM's in-process): the lab's server that
+# tasks 5-8 shared is stopped before it, so its ~2.2 GB is not charged to task 9's memory.
+OWN_ENGINE_STEPS = {"task_9_build_your_own_engine.py"}
 
 
 def steps(port: int) -> list[list[str]]:
@@ -81,6 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     commands, done = chosen_steps(args.port, args.steps), []
     try:
         for command in commands:
+            if command[0] in OWN_ENGINE_STEPS and server.stop_server(args.port):
+                report.note(f"\nStopped the lab's vLLM server on :{args.port}: "
+                            f"{command[0]} runs engines of its own.")
             done.append(run_step(command, args.port))
             if done[-1]["exit_code"] != 0:
                 break
@@ -99,9 +106,13 @@ def main(argv: list[str] | None = None) -> dict:
                  code=1)
     print()
     summary.main(["--measure"])
-    stop = "make stop" if args.port == settings.SERVER_PORT else \
-        f"python -m common.server stop --port {args.port}"
-    report.note(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
+    if any(command[0] in OWN_ENGINE_STEPS for command in commands):
+        report.note("The lab's vLLM server was stopped before task 9; `make dashboard` starts "
+                    "one again for the live page.")
+    else:
+        stop = "make stop" if args.port == settings.SERVER_PORT else \
+            f"python -m common.server stop --port {args.port}"
+        report.note(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
     return data
 
 

@@ -290,7 +290,7 @@ def print_policies(runs: list[PolicyRun], args, workload: list[Request]) -> None
 
 def print_real_thing(ours: PolicyRun, vllm: dict | None, hf: dict | None, args) -> None:
     report.section("3. AGAINST THE REAL THING (same workload, same cap)")
-    rows = [("mini_engine, continuous", f"{ours.tokens_per_s:.1f}", f"{ours.seconds:.1f}")]
+    rows = [(f"mini_engine, {ours.label}", f"{ours.tokens_per_s:.1f}", f"{ours.seconds:.1f}")]
     if vllm:
         rows.append(("vLLM LLM.generate", f"{vllm['tokens_per_s']:.1f}", f"{vllm['seconds']:.1f}"))
     if hf:
@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> dict:
         data["continuous_over_static"] = runs["continuous"].tokens_per_s / runs["static"].tokens_per_s
     if vllm:
         data["engine_over_vllm"] = best.tokens_per_s / vllm["tokens_per_s"]
-    print(f"Saved: {results.save(SCRIPT, data)}")
+    report.saved(results.save(SCRIPT, data))
     return data
 
 

@@ -11,7 +11,7 @@ import task_9_build_your_own_engine as task9
 from common import settings
 from mini_engine import LLMEngine, Llama, State
 from mini_engine.engine import eos_token_ids
-from tests.conftest import run_script, saved_result
+from tests.conftest import assert_fits, run_script, saved_result
 
 
 def engine_args(**overrides) -> Namespace:
@@ -137,8 +137,7 @@ def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
         policies["continuous"]["tokens_per_s"] / r["vllm"]["tokens_per_s"])
     assert set(r["phases"]) == {"1", "3"}
     assert "8/8 (every token" in proc.stdout
-    assert [line for line in proc.stdout.splitlines()
-            if len(line) > 65 and not line.startswith("Saved: ")] == []
+    assert_fits(proc.stdout)
 
 
 @pytest.mark.parametrize("args, message", [

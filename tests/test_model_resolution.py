@@ -83,9 +83,10 @@ def test_env_beats_remembered_and_flag_beats_env(env, tiny_model, real_model):
     from tests.conftest import run_script
     proc = run_script("task_3_kv_cache_problem.py", "--model", real_model.path, env=env)
     assert proc.returncode == 0
-    # the report wraps a long path onto lines of its own: join the lines back to read it
-    assert f"path:{real_model.path}" in "".join(line.strip() for line in proc.stdout.splitlines())
-    assert "(--model, local folder)" in proc.stdout
+    # the report aligns values in a column and wraps long ones onto lines of their own: read
+    # it with every blank taken out
+    text = "".join(proc.stdout.split())
+    assert f"path:{real_model.path}" in text and "from:--model,localfolder" in text
 
 
 def test_hub_offline_is_honoured_for_a_named_hub_model(env):

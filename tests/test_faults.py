@@ -58,15 +58,22 @@ def interrupt_when(command: list[str], marker: str, delay_s: float = 0.3):
     proc = subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out: list[str] = []
-    threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True).start()
+    errs: list[str] = []
+    # one reader per pipe (communicate() would race the stdout reader for the output's lines)
+    readers = [threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
+               threading.Thread(target=lambda: errs.extend(proc.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + 120
     while not any(marker in line for line in out):
         assert proc.poll() is None and time.monotonic() < deadline, "".join(out)[-3000:]
         time.sleep(0.05)
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
-    err = proc.communicate(timeout=120)[1]
-    return proc.returncode, "".join(out), err
+    proc.wait(timeout=120)
+    for reader in readers:
+        reader.join(timeout=30)
+    return proc.returncode, "".join(out), "".join(errs)
 
 
 @pytest.mark.parametrize("script, marker", [

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,28 @@ def assert_fits(text: str, width: int = 65) -> None:
     """Every line of a report fits the report's width (common.report.WIDTH)."""
     long = [line for line in text.splitlines() if len(line) > width]
     assert not long, f"{len(long)} line(s) wider than {width} columns: {long[:3]}"
+
+
+class PipeReader:
+    """Reads a running process's stdout and stderr into lists as they come, one thread per pipe
+    (communicate() would race a second reader for the lines), so a test can watch the output
+    while the process runs, then wait() for the rest."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._threads = [threading.Thread(target=self.out.extend, args=(proc.stdout,), daemon=True),
+                         threading.Thread(target=self.err.extend, args=(proc.stderr,), daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def wait(self, timeout: float) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) once the process has ended and both pipes are read."""
+        self.proc.wait(timeout=timeout)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        return self.proc.returncode, "".join(self.out), "".join(self.err)
 
 
 def run_script(script: str, *args: str, env: dict | None = None, timeout: int = 600):

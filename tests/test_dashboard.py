@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from common import metrics, monitor, server, settings
-from tests.conftest import REPO, assert_fits, run_script, saved_result
+from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
 from tests.test_server_tasks import free_port, processes_on_port
 
 DATA = Path(__file__).parent / "data"
@@ -209,32 +209,22 @@ def test_task6_when_the_server_dies_mid_load(slow_server):
     proc = subprocess.Popen([sys.executable, "task_6_multi_user_load.py", "--base-url",
                              f"http://127.0.0.1:{port}", "--users", "1,8", "--max-tokens", "100"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out: list[str] = []
-    errs: list[str] = []
-    # one reader per pipe (communicate() would race the stdout reader for the report's lines)
-    readers = [threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
-               threading.Thread(target=lambda: errs.extend(proc.stderr), daemon=True)]
-    for reader in readers:
-        reader.start()
+    pipes = PipeReader(proc)
     deadline = time.monotonic() + 120
     while True:   # the 8 users' level runs: 2 at a time (max_num_seqs=2), the others wait
         snap = metrics.snapshot(metrics.fetch(f"http://127.0.0.1:{port}"), 0)
         if snap.running == 2 and snap.waiting:
             break
-        assert proc.poll() is None and time.monotonic() < deadline, "".join(out)[-3000:]
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(pipes.out)[-3000:]
         time.sleep(0.1)
     os.killpg(os.getpgid(pid), signal.SIGKILL)          # the server and its engine core
-    proc.wait(timeout=300)
-    for reader in readers:
-        reader.join(timeout=30)
-    err = "".join(errs)
-    assert proc.returncode == 1 and "Traceback" not in err
+    code, text, err = pipes.wait(timeout=300)
+    assert code == 1 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("ERROR: ") and \
         err.strip().splitlines()[-1].endswith(" request(s) failed (see the report above)")
     r = saved_result("task_6_multi_user_load")
     assert r["levels"][0]["failed"] == 0 and r["levels"][1]["failed"] > 0
     assert r["sequential"]["failed"] == 8                 # sent after the crash: all refused
-    text = "".join(out)
     assert "FAILED" in text and re.search(r"\n +8 +\d+ .* \d/8\n", text)
     deadline = time.monotonic() + 10     # a killed process of 1-2 GB takes a moment to be gone
     while processes_on_port(port) and time.monotonic() < deadline:

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from common import server
-from tests.conftest import REPO, assert_fits, run_script, saved_result
+from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
 from tests.test_server_tasks import free_port, processes_on_port
 
 LONG_PROMPT = "word " * 100    # 100+ tokens: with 50 new tokens more than max_model_len 128
@@ -57,23 +56,14 @@ def interrupt_when(command: list[str], marker: str, delay_s: float = 0.3):
     (exit code, stdout, stderr)."""
     proc = subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    out: list[str] = []
-    errs: list[str] = []
-    # one reader per pipe (communicate() would race the stdout reader for the output's lines)
-    readers = [threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
-               threading.Thread(target=lambda: errs.extend(proc.stderr), daemon=True)]
-    for reader in readers:
-        reader.start()
+    pipes = PipeReader(proc)
     deadline = time.monotonic() + 120
-    while not any(marker in line for line in out):
-        assert proc.poll() is None and time.monotonic() < deadline, "".join(out)[-3000:]
+    while not any(marker in line for line in pipes.out):
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(pipes.out)[-3000:]
         time.sleep(0.05)
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
-    for reader in readers:
-        reader.join(timeout=30)
-    return proc.returncode, "".join(out), "".join(errs)
+    return pipes.wait(timeout=120)
 
 
 @pytest.mark.parametrize("script, marker", [

@@ -42,6 +42,7 @@ CHECK_PROMPTS = [
     "short paragraph that a ten year old child could follow:",
 ]
 CHECK_TOKENS = 16
+PHASE_TOKENS = 24    # part 4: the batch-1 run whose decode steps are timed
 PHASE_LABELS = {"matmul": "matmuls (linear layers)", "attention": "attention (paged)",
                 "forward_other": "rest of the forward", "sampling": "sampling",
                 "scheduling": "scheduling"}
@@ -227,8 +228,8 @@ def phase_split(model: Llama, eos_ids, workload: list[Request], cont_engine: LLM
     """Decode steps only (one new token per row): batch 1 from a one-request run, the cap from
     the continuous run's full steps (the fullest it had, if it never filled the cap)."""
     eng = new_engine(model, eos_ids, args, "continuous")
-    eng.add_request(workload[0].prompt_ids, min(24, settings.MAX_MODEL_LEN
-                                                 - len(workload[0].prompt_ids)), min_tokens=24)
+    num_tokens = min(PHASE_TOKENS, settings.MAX_MODEL_LEN - len(workload[0].prompt_ids))
+    eng.add_request(workload[0].prompt_ids, num_tokens, min_tokens=num_tokens)
     eng.run()
     decode = [s for s in cont_engine.steps if s.num_tokens == s.num_rows]
     fullest = max(s.num_rows for s in decode)
@@ -242,7 +243,7 @@ def machine_figures(model: Llama, dtype: str, batches: list[int]) -> dict:
     threads = settings.num_cores()
     saved = results.load("machine")
     bandwidth = saved["bandwidth_bytes_s"] if saved else \
-        rl.measure_machine(threads).bandwidth_bytes_s
+        rl.measure_bandwidth(threads)
     cost = rl.model_cost(model.config, dtype, settings.DTYPE_BYTES[dtype])
     floor = rl.measure_kernel_floor(model.config, dtype, threads, batches)
     return {"bandwidth_bytes_s": bandwidth, "weight_bytes": cost.weight_bytes,

@@ -135,16 +135,23 @@ def _matmul_flops(torch, dtype) -> tuple[float, int]:
     return 2 * n ** 3 / _best_s(lambda: a @ b, repeats=3), n
 
 
+def measure_bandwidth(threads: int) -> float:
+    """Read bandwidth in bytes/s: sum a 256 MiB float32 tensor (reads only, as a decode step
+    reads weights), best of BANDWIDTH_REPEATS; the tensor is freed on return."""
+    import torch
+
+    torch.set_num_threads(threads)
+    x = torch.ones(BANDWIDTH_MIB * 1024 * 1024 // 4, dtype=torch.float32)
+    return x.numel() * 4 / _best_s(x.sum, repeats=BANDWIDTH_REPEATS)
+
+
 def measure_machine(threads: int) -> Machine:
     """Read bandwidth: sum a 256 MiB float32 tensor (reads only, as a decode step reads weights);
     matmul: n x n products in float32 and bfloat16 (n up to 1024). Best of a few runs each, with
     the threads the engine uses."""
     import torch
 
-    torch.set_num_threads(threads)
-    x = torch.ones(BANDWIDTH_MIB * 1024 * 1024 // 4, dtype=torch.float32)
-    bandwidth = x.numel() * 4 / _best_s(x.sum, repeats=BANDWIDTH_REPEATS)
-    x = None   # give the 256 MiB back before the matmuls
+    bandwidth = measure_bandwidth(threads)
     flops, sizes = {}, {}
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         flops[name], sizes[name] = _matmul_flops(torch, dtype)

@@ -29,7 +29,7 @@ $(STAMP): requirements.txt requirements-model.txt
 model: setup
 	$(PY) -m common.model
 
-# verify_environment.py, tasks 1-7, task 8 --once, then the summary; times and peak memory
+# verify_environment.py, tasks 1-7, task 8 --once, task 9, then the summary; times and peak memory
 # of every step go to results/lab_run.json. A lab server left from an earlier run is stopped
 # first, so every run measures from the same start.
 lab: setup

@@ -9,7 +9,7 @@ vLLM server and exits 1. The server is stopped before task 9, which runs engines
 (`make dashboard` starts one again); on Ctrl-C it is stopped. Task 8's snapshot is taken while
 20 requests run on the server task 7 left.
 
-    python lab.py [--port 8000]
+    python lab.py [--port 8000] [--quick]
 """
 from __future__ import annotations
 
@@ -28,30 +28,50 @@ SCRIPT = "lab_run"
 OWN_ENGINE_STEPS = {"task_9_build_your_own_engine.py"}
 
 
-def steps(port: int) -> list[list[str]]:
-    return [["verify_environment.py"], ["task_1_hf_baseline.py"], ["task_2_vllm_inference.py"],
-            ["task_3_kv_cache_problem.py"], ["task_4_paged_attention.py"],
-            ["task_5_api_server.py", "--port", str(port)],
-            ["task_6_multi_user_load.py", "--port", str(port)],
-            ["task_7_tuning.py", "--port", str(port)],
-            # the snapshot while 20 requests run, so it shows a batch, not an idle server
-            ["task_8_dashboard.py", "--once", "--load", "20", "--server-port", str(port)],
-            ["task_9_build_your_own_engine.py"]]
+# --quick: the same steps on the same model with small workloads, so every script runs end to
+# end in about half the time (the test suite's end-to-end run). Its figures are a check that the
+# lab works, not measurements to compare: few tokens, mostly start-up.
+QUICK_ARGS = {"task_1_hf_baseline.py": ["--max-tokens", "10"],
+              "task_2_vllm_inference.py": ["--max-tokens", "10"],
+              "task_5_api_server.py": ["--max-tokens", "10"],
+              "task_6_multi_user_load.py": ["--users", "1,20", "--max-tokens", "10",
+                                            "--no-sequential"],
+              "task_7_tuning.py": ["--max-tokens", "10"],
+              "task_9_build_your_own_engine.py": ["--requests", "8", "--mean-output", "8"]}
+
+
+def steps(port: int, quick: bool = False) -> list[list[str]]:
+    commands = [["verify_environment.py"], ["task_1_hf_baseline.py"],
+                ["task_2_vllm_inference.py"], ["task_3_kv_cache_problem.py"],
+                ["task_4_paged_attention.py"], ["task_5_api_server.py", "--port", str(port)],
+                ["task_6_multi_user_load.py", "--port", str(port)],
+                ["task_7_tuning.py", "--port", str(port)],
+                # the snapshot while 20 requests run, so it shows a batch, not an idle server;
+                # 20 tokens each keep 8 running for a few seconds (task 7 leaves max_num_seqs=8)
+                ["task_8_dashboard.py", "--once", "--load", "20", "--max-tokens", "20",
+                 "--server-port", str(port)],
+                ["task_9_build_your_own_engine.py"]]
+    if quick:   # a later flag wins: argparse keeps the last value
+        commands = [command + QUICK_ARGS.get(command[0], []) for command in commands]
+    return commands
 
 
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                         help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
+    parser.add_argument("--quick", action="store_true",
+                        help="every step with a small workload (about half the time): a check "
+                             "that the lab runs, not figures to compare")
     # For the tests (not in --help): run only these steps, comma-separated: a script of the lab's
     # list runs with its usual arguments, any other path runs as it is (e.g. one that fails).
     parser.add_argument("--steps", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def chosen_steps(port: int, names: str | None) -> list[list[str]]:
+def chosen_steps(port: int, names: str | None, quick: bool = False) -> list[list[str]]:
     """The lab's steps, or only those named by --steps (see parse_args)."""
-    commands = steps(port)
+    commands = steps(port, quick)
     if names is None:
         return commands
     by_script = {command[0]: command for command in commands}
@@ -82,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
         report.note(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the "
                     f"lab measures every step from a clean start.")
     start = time.perf_counter()
-    commands, done = chosen_steps(args.port, args.steps), []
+    commands, done = chosen_steps(args.port, args.steps, args.quick), []
     try:
         for command in commands:
             if command[0] in OWN_ENGINE_STEPS and server.stop_server(args.port):
@@ -94,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
     except KeyboardInterrupt:
         server.stop_server(args.port)
         raise
-    data = {"port": args.port, "total_seconds": round(time.perf_counter() - start, 1),
+    data = {"port": args.port, "quick": args.quick,
+            "total_seconds": round(time.perf_counter() - start, 1),
             "steps": done, "completed": all(s["exit_code"] == 0 for s in done)
             and len(done) == len(commands)}
     results.save(SCRIPT, data)

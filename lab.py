@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for command in commands:
             if command[0] in OWN_ENGINE_STEPS and server.stop_server(args.port):
-                report.note(f"\nStopped the lab's vLLM server on :{args.port}: "
+                print()   # a note's text is wrapped: a newline in it would become a space
+                report.note(f"Stopped the lab's vLLM server on :{args.port}: "
                             f"{command[0]} runs engines of its own.")
             done.append(run_step(command, args.port))
             if done[-1]["exit_code"] != 0:

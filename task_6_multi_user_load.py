@@ -108,7 +108,7 @@ def print_levels(levels: list[load.LevelResult]) -> None:
     report.note("Avg, p50, p95: end-to-end latency per request; TTFT: mean time to first token; "
                 "'-': no request of the level succeeded")
     for lv in levels:
-        for error in lv.summary()["errors"]:
+        for error in lv.errors:
             report.note(f"{lv.num_users} users, failed: {error}", indent=2)
 
 

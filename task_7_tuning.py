@@ -103,7 +103,7 @@ def benchmark(args, config: TuningConfig) -> dict:
     report.row("Result", f"{level.throughput:.1f} tok/s, "
                          f"{level.seconds(level.latency_stat('latency_s'))} s avg latency, "
                          f"{len(level.ok)}/{args.requests} ok")
-    for error in level.summary()["errors"]:
+    for error in level.errors:
         report.note(f"failed: {error}", indent=2)
     report.row("Requests at once (peak)", f"{sampler.max_running} running, {sampler.max_waiting} "
                                           f"waiting")

@@ -171,7 +171,7 @@ def snapshot_under_load(args, srv, first: metrics.Snapshot) -> dict:
     r = run.result
     report.row("The load, when it finished", f"{len(r.ok)}/{r.num_users} requests ok in "
                                              f"{r.duration_s:.1f} s, {r.total_tokens:,} tokens")
-    for error in r.summary()["errors"]:
+    for error in r.errors:
         report.note(f"failed: {error}", indent=2)
     return data | {"load": {"sent": r.num_users, "succeeded": len(r.ok), "failed": r.num_failed,
                             "max_tokens": args.max_tokens, "total_tokens": r.total_tokens,

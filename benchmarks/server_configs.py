@@ -116,7 +116,11 @@ def parse_args(argv: list[str] | None):
                        help="concurrent users per level, one request each (default 1,5,20)")
     group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
                        help=f"new tokens per request (default {settings.MAX_NEW_TOKENS})")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if sum(table_widths(args.users)) > report.WIDTH:   # refused before ~10 minutes of runs
+        parser.error(f"--users: {len(args.users)} levels do not fit the {report.WIDTH}-column "
+                     f"table; give at most 3")
+    return args
 
 
 def library_path(name: str) -> str | None:
@@ -132,6 +136,11 @@ def library_path(name: str) -> str | None:
 
 def users_label(num_users: int) -> str:
     return f"{num_users} user" if num_users == 1 else f"{num_users} users"
+
+
+def table_widths(users: list[int]) -> list[int]:
+    """The results table's columns: config, processes, start, PSS, a level each, TPOT."""
+    return [13, 5, 8, 7, *(max(7, len(users_label(n)) + 1) for n in users), 8]
 
 
 def level_line(levels: list[dict]) -> str:
@@ -227,7 +236,8 @@ def findings(rows: list[ConfigResult], top_users: int) -> list[str]:
                      f"{NOISE:.0%} noise")
     for r in rows:   # tokens held back and streamed at the end: TPOT is then no step time
         top = next((lv for lv in r.levels if lv["users"] == top_users), None)
-        if r.name != OFFLINE and top and top.get("mean_ttft_s", 0) > top["mean_latency_s"] / 2:
+        if (r.name != OFFLINE and top and top["mean_latency_s"] is not None   # None: all failed
+                and top.get("mean_ttft_s", 0) > top["mean_latency_s"] / 2):
             lines.append(f"{r.name}: at {top_users} users the first token came after "
                          f"{top['mean_ttft_s']:.1f} s of {top['mean_latency_s']:.1f} s: the "
                          f"tokens reached the clients in a burst at the end, so its TPOT "
@@ -241,7 +251,6 @@ def findings(rows: list[ConfigResult], top_users: int) -> list[str]:
 
 def print_table(rows: list[ConfigResult], users: list[int]) -> None:
     level_headers = [users_label(n) for n in users]
-    widths = [13, 5, 8, 7, *(max(7, len(h) + 1) for h in level_headers), 8]
 
     def cells(r: ConfigResult):
         if r.status != "ok":
@@ -249,10 +258,10 @@ def print_table(rows: list[ConfigResult], users: list[int]) -> None:
         top = max(r.levels, key=lambda lv: lv["users"])
         return [r.name, r.num_processes, f"{r.startup_s:.1f}", f"{r.peak_pss_bytes / GB:.2f}",
                 *(f"{lv['throughput_tok_s']:.1f}" for lv in r.levels),
-                f"{1000 * top['mean_tpot_s']:.0f}"]
+                "-" if top["mean_tpot_s"] is None else f"{1000 * top['mean_tpot_s']:.0f}"]
 
     report.table(["Config", "Proc", "Start s", "PSS GB", *level_headers, "TPOT ms"],
-                 [cells(r) for r in rows], widths=widths)
+                 [cells(r) for r in rows], widths=table_widths(users))
     report.paragraph(f"tok/s per level of concurrent users; TPOT: mean time per output token "
                      f"at {max(users)} users (offline: time / tokens per request); PSS: peak of "
                      f"every server process; Proc: processes holding memory.")

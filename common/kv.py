@@ -182,7 +182,7 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
     while not all(finish_steps):
         step += 1
         progressed = False
-        for seq, length, done in zip(sequences, lengths, finish_steps):
+        for seq, done in zip(sequences, finish_steps):
             if done:
                 continue
             num_pages = len(seq.page_table)

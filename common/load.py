@@ -113,6 +113,11 @@ class LevelResult:
         lo, hi = int(k), min(int(k) + 1, len(values) - 1)
         return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
+    @property
+    def errors(self) -> list[str]:
+        """The distinct errors of the failed requests, sorted."""
+        return sorted({r.error for r in self.requests if not r.success})
+
     def seconds(self, value: float) -> str:
         """A latency for a report: '-' where no request succeeded (nothing was measured)."""
         return f"{value:.2f}" if self.ok else "-"
@@ -129,7 +134,7 @@ class LevelResult:
                 "mean_ttft_s": measured(self.latency_stat("ttft_s"), 3),
                 "mean_tpot_s": measured(self.latency_stat("tpot_s"), 4),
                 "succeeded": len(self.ok), "failed": self.num_failed,
-                "errors": sorted({r.error for r in self.requests if not r.success})}
+                "errors": self.errors}
 
 
 async def _run(base_url: str, model: str, prompts: list[str], max_tokens: int,

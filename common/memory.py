@@ -61,11 +61,16 @@ def step_pids(root: int, groups: set[int]) -> set[int]:
     return pids
 
 
+def tree_memory(root_pid: int, groups: set[int]) -> tuple[int, int]:
+    """(PSS in bytes, processes holding memory) of step_pids(root_pid, groups)."""
+    sizes = [pss_bytes(pid) for pid in step_pids(root_pid, groups)]
+    return sum(sizes), sum(1 for size in sizes if size)
+
+
 def server_memory(pid: int) -> tuple[int, int]:
     """(PSS in bytes, processes holding memory) of a server the lab started: its API process
     (pid, which leads the process group), the engine core and every other process it started."""
-    sizes = [pss_bytes(p) for p in step_pids(pid, {pid})]
-    return sum(sizes), sum(1 for size in sizes if size)
+    return tree_memory(pid, {pid})
 
 
 class PeakMemory(Poller):
@@ -84,8 +89,7 @@ class PeakMemory(Poller):
     def poll(self) -> None:
         # the API server leads its process group (started in a session of its own)
         group = server.lab_server_pid(self.server_port) if self.server_port else None
-        sizes = [pss_bytes(pid) for pid in step_pids(self.root_pid, {group} - {None})]
-        total = sum(sizes)
+        total, num_processes = tree_memory(self.root_pid, {group} - {None})
         self.num_samples += 1
         if total > self.peak_bytes:
-            self.peak_bytes, self.peak_processes = total, sum(1 for size in sizes if size)
+            self.peak_bytes, self.peak_processes = total, num_processes

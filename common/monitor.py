@@ -57,7 +57,7 @@ class LoadRun:
         text = (f"Last load: {len(r.ok)}/{r.num_users} requests ok in {r.duration_s:.1f} s, "
                 f"{r.total_tokens:,} tokens, {r.throughput:.1f} tok/s measured by the client, "
                 f"mean latency {r.latency_stat('latency_s'):.2f} s")
-        errors = r.summary()["errors"]
+        errors = r.errors
         return text + (f"; failed: {errors[0]}" if errors else "")
 
 

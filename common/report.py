@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from common import settings
+from common import kv, settings
 
 WIDTH = 65
 LABEL_WIDTH = 34
@@ -160,14 +160,16 @@ def kv_bytes_section(model, model_kv, budget_bytes: int, slots: Sequence[tuple[s
         row(label, f"{num_slots:,} slots = {num_slots * bpt / MIB:,.2f} MiB")
     budget_tokens = budget_bytes // bpt
     row("KV budget of the lab", f"{budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
-    # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens
-    num_blocks = budget_tokens // settings.BLOCK_SIZE
+    # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens:
+    # the same derivation task 2 checks against its engine
+    num_blocks = kv.derive_capacity(bpt, budget_bytes, settings.BLOCK_SIZE,
+                                    settings.MAX_MODEL_LEN).num_blocks
     row("  in whole vLLM blocks", f"{num_blocks:,} x {settings.BLOCK_SIZE} = "
                                   f"{num_blocks * settings.BLOCK_SIZE:,} tokens")
     left = budget_tokens - num_blocks * settings.BLOCK_SIZE
     note(f"(vLLM allocates whole blocks of {settings.BLOCK_SIZE} tokens: "
          + (f"the {left:,} slots left fill no block; " if left else "")
-         + f"task 2 reads {num_blocks * settings.BLOCK_SIZE:,} from its engine)", indent=2)
+         + f"task 2 checks {num_blocks * settings.BLOCK_SIZE:,} against its engine)", indent=2)
     fits = {}
     for label, slots_per_user in users:
         fits[label] = budget_tokens // slots_per_user

@@ -51,14 +51,18 @@ class ModelCost:
         return 2 * self.matmul_params + context * self.attention_flops_per_context_token
 
 
+def _llama_dims(config: dict) -> tuple[int, int, int, int, int, int, int]:
+    """(hidden, layers, heads, kv_heads, head_dim, mlp, vocab) of a Llama-style config.json."""
+    h, heads = config["hidden_size"], config["num_attention_heads"]
+    return (h, config["num_hidden_layers"], heads, config.get("num_key_value_heads") or heads,
+            config.get("head_dim") or h // heads, config["intermediate_size"],
+            config["vocab_size"])
+
+
 def model_cost(config: dict, dtype: str, dtype_bytes: int) -> ModelCost:
     """Counted from a Llama-style config.json (SmolLM: 30 layers, hidden 576, 9 heads of 64,
     3 KV heads, MLP 1536, vocab 49152, tied embeddings: 134,515,008 parameters)."""
-    h, layers = config["hidden_size"], config["num_hidden_layers"]
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or h // heads
-    mlp, vocab = config["intermediate_size"], config["vocab_size"]
+    h, layers, heads, kv_heads, head_dim, mlp, vocab = _llama_dims(config)
     tied = config.get("tie_word_embeddings", True)
     # q and o: h x heads*head_dim each; k and v: h x kv_heads*head_dim each; gate, up, down: h x mlp
     linear = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * mlp
@@ -168,11 +172,7 @@ def linear_shapes(config: dict) -> list[tuple[int, int]]:
     """(out_features, in_features) of every weight one decode step multiplies, in the order the
     model runs them: per layer q, k, v, o, gate, up, down; then the LM head (vocab x hidden).
     Their sizes add up to ModelCost.matmul_params."""
-    h, layers = config["hidden_size"], config["num_hidden_layers"]
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or h // heads
-    mlp, vocab = config["intermediate_size"], config["vocab_size"]
+    h, layers, heads, kv_heads, head_dim, mlp, vocab = _llama_dims(config)
     q, kv = heads * head_dim, kv_heads * head_dim
     layer = [(q, h), (kv, h), (kv, h), (h, q), (mlp, h), (mlp, h), (h, mlp)]
     return layer * layers + [(vocab, h)]

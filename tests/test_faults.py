@@ -139,18 +139,6 @@ def test_verify_environment_catches_a_broken_torchvision_and_a_missing_gradio(tm
 
 
 # --- make lab: a step fails, Ctrl-C ------------------------------------------------------------
-def server_starting(port: int) -> bool:
-    """A vLLM API server process for this port exists (it may not answer yet)."""
-    for pid in processes_on_port(port):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"vllm.entrypoints.openai.api_server" in f.read():
-                    return True
-        except OSError:   # gone meanwhile
-            pass
-    return False
-
-
 @pytest.mark.engine
 def test_lab_stops_at_a_failed_step_and_stops_its_server(tmp_path, tiny_model):
     """A step starts the lab server (the real vLLM server's process, recorded as the lab's, as
@@ -186,7 +174,7 @@ def test_lab_ctrl_c_leaves_no_process(tiny_model):
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "LAB_MODEL": tiny_model})
     deadline = time.monotonic() + 120
-    while not server_starting(port):
+    while server.lab_server_pid(port) is None:   # task 5's server is starting
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     time.sleep(2)

@@ -57,13 +57,15 @@ def test_kv_tasks_fit_65_columns(task, model_args, capsys):
     assert "[45, 128" not in out                         # no Python list printed raw
 
 
-def test_tasks_3_and_4_say_why_the_budget_is_fewer_tokens_in_vllm(model_args, capsys):
-    """128 MiB / 1,024 B = 131,072 slots = 1,024 whole blocks of 128 for the tiny model; the
-    real model in fp32: 2,912 slots but 22 blocks x 128 = 2,816 (task 2's figure)."""
+def test_task_3_says_how_vllm_cuts_the_budget_into_blocks(model_args, capsys):
+    """The tiny model: 128 MiB / 1,024 B = 131,072 slots = 8,192 whole blocks of 16, nothing
+    left over (the real model in fp32: 2,912 slots = 182 x 16; with blocks of 128 it would be
+    22 x 128 = 2,816, and the note would name the 96 slots left)."""
     r = task3.main(model_args)["in_bytes"]
-    assert (r["budget_token_slots"], r["budget_blocks"]) == (131_072, 131_072 // r["block_size"])
+    assert (r["budget_token_slots"], r["budget_blocks"], r["block_size"]) == (131_072, 8_192, 16)
     out = " ".join(capsys.readouterr().out.split())
-    assert "vLLM allocates whole blocks of" in out
+    assert ("(vLLM allocates whole blocks of 16 tokens: task 2 checks 131,072 against its "
+            "engine)") in out
 
 
 # --- task 2: the KV check compares the engine with what the lab asked for ---------------------
@@ -72,7 +74,7 @@ def test_task2_capacity_check_can_fail(capsys):
                           dtype_bytes=4)                     # 1,024 B per token
     as_asked = kv.KVCapacity(num_blocks=1_024, block_size=128, max_model_len=128)
     assert task2.compare_capacity(as_asked, model_kv, 128, 128) == (as_asked, True)
-    # an engine that ignored the lab's block size (16-token blocks: 8,192 of them) disagrees
+    # an engine with 16-token blocks (8,192 of them) where 128 were asked for disagrees
     other = kv.KVCapacity(num_blocks=8_192, block_size=16, max_model_len=128)
     derived, agree = task2.compare_capacity(other, model_kv, 128, 128)
     assert (derived, agree) == (as_asked, False)

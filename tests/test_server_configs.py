@@ -32,8 +32,9 @@ def test_a_configuration_on_the_tiny_model(tiny_model):
     assert "SERVER CONFIGURATIONS" in proc.stdout
     assert "Best server at 3 users: block-16" in proc.stdout
     assert_fits(proc.stdout)
-    assert not any(processes_on_port(int(line.split(":")[2].split()[0]))
-                   for line in proc.stdout.splitlines() if "Starting vLLM server on http" in line)
+    ports = [int(line.split(":")[2].split()[0]) for line in proc.stdout.splitlines()
+             if "Starting vLLM server on http" in line]
+    assert len(ports) == 1 and processes_on_port(ports[0]) == []     # started once, then stopped
 
 
 def test_a_configuration_without_its_library_is_skipped_with_how_to_get_it(tiny_model,
@@ -52,6 +53,7 @@ def test_a_configuration_without_its_library_is_skipped_with_how_to_get_it(tiny_
     (["--configs", "in-process,fast"], "unknown configuration 'fast'"),
     (["--users", "1,0"], "'0' must be greater than 0"),
     (["--max-tokens", "x"], "'x' is not a whole number"),
+    (["--users", "1,5,10,20"], "--users: 4 levels do not fit the 65-column table; give at most 3"),
 ])
 def test_bad_input_is_one_line(args, message):
     proc = run_script("benchmarks/server_configs.py", *args)

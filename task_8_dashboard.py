@@ -259,8 +259,8 @@ def main(argv: list[str] | None = None) -> dict:
         return data
     finally:
         if owned:
-            print(f"Stopped the vLLM server this run started on :{args.port}."
-                  if server.stop_server(args.port) else
+            stopped = server.stop_server(args.port)
+            print(f"Stopped the vLLM server this run started on :{args.port}." if stopped else
                   f"The vLLM server this run started on :{args.port} had already stopped.")
 
 

@@ -162,18 +162,17 @@ def kv_bytes_section(model, model_kv, budget_bytes: int, slots: Sequence[tuple[s
     row("KV budget of the lab", f"{budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
     # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens:
     # the same derivation task 2 checks against its engine
-    num_blocks = kv.derive_capacity(bpt, budget_bytes, settings.BLOCK_SIZE,
-                                    settings.MAX_MODEL_LEN).num_blocks
-    row("  in whole vLLM blocks", f"{num_blocks:,} x {settings.BLOCK_SIZE} = "
-                                  f"{num_blocks * settings.BLOCK_SIZE:,} tokens")
-    left = budget_tokens - num_blocks * settings.BLOCK_SIZE
+    in_blocks = kv.derive_capacity(bpt, budget_bytes, settings.BLOCK_SIZE, settings.MAX_MODEL_LEN)
+    row("  in whole vLLM blocks", f"{in_blocks.num_blocks:,} x {settings.BLOCK_SIZE} = "
+                                  f"{in_blocks.num_tokens:,} tokens")
+    left = budget_tokens - in_blocks.num_tokens
     note(f"(vLLM allocates whole blocks of {settings.BLOCK_SIZE} tokens: "
          + (f"the {left:,} slots left fill no block; " if left else "")
-         + f"task 2 checks {num_blocks * settings.BLOCK_SIZE:,} against its engine)", indent=2)
+         + f"task 2 checks {in_blocks.num_tokens:,} against its engine)", indent=2)
     fits = {}
     for label, slots_per_user in users:
         fits[label] = budget_tokens // slots_per_user
         row(f"  {label}", f"{fits[label]:,} users ({budget_tokens:,} // {slots_per_user})")
     return {"kv_bytes_per_token": bpt, "budget_bytes": budget_bytes,
-            "budget_token_slots": budget_tokens, "budget_blocks": num_blocks,
+            "budget_token_slots": budget_tokens, "budget_blocks": in_blocks.num_blocks,
             "block_size": settings.BLOCK_SIZE, "users_in_budget": fits}

@@ -21,7 +21,7 @@ import pytest
 
 from common import metrics, monitor, server, settings
 from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
-from tests.test_server_tasks import free_port, processes_on_port
+from tests.test_server_tasks import processes_on_port
 
 DATA = Path(__file__).parent / "data"
 BEFORE, BUSY, AFTER = ((DATA / f"metrics_{n}.txt").read_text() for n in ("before", "busy", "after"))
@@ -120,7 +120,7 @@ class MetricsEndpoint:
 
 
 def test_monitor_follows_the_server_down_and_back():
-    port = free_port()
+    port = server.free_port()
     endpoint = MetricsEndpoint(port)
     watcher = monitor.Monitor(f"http://127.0.0.1:{port}", "m", latency_window_s=100)
     try:
@@ -151,7 +151,7 @@ def slow_server(tiny_model):
     """One vLLM server on the tiny model for the tests below, with max_num_seqs=2: 2 requests
     run at a time, so a burst of 20 keeps it busy for seconds (a snapshot can catch it loaded,
     a kill can land mid-load). The last test kills it."""
-    port = free_port()
+    port = server.free_port()
     server.ensure_server(server.ServerConfig(tiny_model, "tiny", "float32", port=port,
                                              max_num_seqs=2))
     yield port
@@ -303,7 +303,7 @@ def wait_for(driver, elem_id: str, pattern: str, timeout_s: float = 60) -> re.Ma
 def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
     from selenium.webdriver.common.by import By
 
-    port, dashboard_port = free_port(), free_port()
+    port, dashboard_port = server.free_port(), server.free_port()
     proc = subprocess.Popen([sys.executable, "task_8_dashboard.py", "--model", tiny_model,
                              "--dtype", "float32", "--server-port", str(port), "--port",
                              str(dashboard_port), "--max-tokens", "100"],

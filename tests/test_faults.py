@@ -19,7 +19,7 @@ import pytest
 
 from common import server
 from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
-from tests.test_server_tasks import free_port, processes_on_port
+from tests.test_server_tasks import processes_on_port
 
 LONG_PROMPT = "word " * 100    # 100+ tokens: with 50 new tokens more than max_model_len 128
 
@@ -40,7 +40,7 @@ def test_task7_refuses_max_tokens_its_configs_cannot_hold(tiny_model):
     """B and C run max_model_len 64: the longest of the 10 load prompts ("User 10: explain what
     an API server is.", 12 tokens) + 60 does not fit. The server would refuse every request;
     task 7 says so before it starts any server."""
-    port = free_port()
+    port = server.free_port()
     proc = run_script("task_7_tuning.py", "--model", tiny_model, "--port", str(port),
                       "--max-tokens", "60")
     assert proc.returncode == 2 and proc.stdout == ""
@@ -145,7 +145,7 @@ def test_lab_stops_at_a_failed_step_and_stops_its_server(tmp_path, tiny_model):
     task 5 does) and fails (exit 3) without waiting for it: the lab stops there, names it,
     exits 1, runs no later step and stops the server. (Not task 5 itself: its start waits ~30 s
     for the server to be ready, and the lab's stop is the same either way.)"""
-    port = free_port()
+    port = server.free_port()
     failing = tmp_path / "failing_step.py"
     failing.write_text(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
                        f"from common import server\n"
@@ -168,7 +168,7 @@ def test_lab_stops_at_a_failed_step_and_stops_its_server(tmp_path, tiny_model):
 def test_lab_ctrl_c_leaves_no_process(tiny_model):
     """Ctrl-C in a terminal reaches lab.py and the step it runs (one process group) while task 5
     starts the server: exit 130, one line, and no server or step left."""
-    port = free_port()
+    port = server.free_port()
     proc = subprocess.Popen([sys.executable, "lab.py", "--port", str(port), "--steps",
                              "task_5_api_server.py"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -193,7 +193,7 @@ def test_lab_ctrl_c_leaves_no_process(tiny_model):
 def test_a_restart_says_why(asked, why, monkeypatch, capsys):
     """A lab server on the port (a stand-in process with its command line) that does not answer
     /health: restarted either way, and the line says which of the two it was."""
-    port = free_port()
+    port = server.free_port()
     config = server.ServerConfig("/models/m", "m", "float32", port=port)
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                  "vllm.entrypoints.openai.api_server", "--port", str(port)],

@@ -14,7 +14,7 @@ import lab
 import summary
 from common import kv, server, settings
 from tests.conftest import assert_fits, run_script, saved_result
-from tests.test_server_tasks import free_port, processes_on_port
+from tests.test_server_tasks import processes_on_port
 from tests.test_tasks_1_2 import check_generation
 
 QUICK_TOKENS = 10     # lab.QUICK_ARGS: tasks 1, 2, 5, 6 and 7 make 10 tokens per request
@@ -23,7 +23,7 @@ QUICK_TOKENS = 10     # lab.QUICK_ARGS: tasks 1, 2, 5, 6 and 7 make 10 tokens pe
 @pytest.mark.real_model
 @pytest.mark.engine
 def test_the_whole_lab_on_the_real_model(real_model):
-    port = free_port()
+    port = server.free_port()
     try:
         proc = run_script("lab.py", "--port", str(port), "--quick", timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]

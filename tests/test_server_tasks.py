@@ -15,7 +15,7 @@ import time
 import pytest
 
 from common import load, memory, server
-from common.server import free_port   # the tests import it from here too
+from common.server import free_port
 from tests.conftest import REPO, assert_fits, run_script, saved_result
 
 pytestmark = pytest.mark.engine

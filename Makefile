@@ -20,7 +20,7 @@ setup: $(STAMP)
 $(STAMP): requirements.txt requirements-model.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PIP) install --quiet uv==$(UV_VERSION)
-	@$(UV) pip install --quiet --python $(PY) $$($(PY) tools/pip_to_uv.py) \
+	@$(UV) pip install --quiet --python $(PY) $$($(PY) -m tools.pip_to_uv) \
 	  --index-strategy unsafe-best-match -r requirements.txt || { \
 	  echo "ERROR: uv could not install requirements.txt."; \
 	  echo "---> HINT: torch==2.13.0+cpu comes from PyTorch's CPU wheel index:"; \

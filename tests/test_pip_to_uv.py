@@ -41,6 +41,13 @@ def test_the_strongest_setting_wins_as_in_pip():
 
 def test_it_reads_pip_of_the_environment_it_runs_in():
     env_hint = {"PIP_EXTRA_INDEX_URL": "https://download.pytorch.org/whl/cpu", "PATH": "/usr/bin"}
-    out = subprocess.run([sys.executable, "tools/pip_to_uv.py"], cwd=REPO, env=env_hint,
+    out = subprocess.run([sys.executable, "-m", "tools.pip_to_uv"], cwd=REPO, env=env_hint,
                          capture_output=True, text=True, timeout=60).stdout
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in out
+
+
+def test_it_takes_no_arguments():
+    proc = subprocess.run([sys.executable, "-m", "tools.pip_to_uv", "--bogus"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "pip_to_uv.py: error: unrecognized arguments: --bogus (see --help)\n"

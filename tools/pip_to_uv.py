@@ -8,7 +8,7 @@ machines' local wheel folder, or PyTorch's CPU index on a learner's own machine
 (`PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make setup`). So pip's own settings
 are read from `pip config list` and handed to uv as they are.
 
-    python tools/pip_to_uv.py     # e.g. --find-links /opt/wheels --extra-index-url file:///...
+    python -m tools.pip_to_uv     # e.g. --find-links /opt/wheels --extra-index-url file:///...
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import ast
 import shlex
 import subprocess
 import sys
+
+from common import cli
 
 # pip's option -> uv's (uv pip install takes the same three, one location per flag)
 FLAGS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
@@ -40,7 +42,8 @@ def uv_flags(pip_config_list: str) -> list[str]:
             for location in chosen[key][1].split() for part in (flag, location)]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    cli.LabArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)   # takes none
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
                             capture_output=True, text=True).stdout
     print(shlex.join(uv_flags(listed)))

@@ -31,6 +31,8 @@ class StepStats:
     num_pages_used: int
     seconds: float
     phases: dict            # phase -> seconds (PHASES)
+    seq_ids: tuple = ()     # the request of each row computed this step, in batch order
+    padding_ids: tuple = () # those of them that were padding rows (finished, output thrown away)
 
 
 def eos_token_ids(folder: str) -> list[int]:
@@ -80,6 +82,8 @@ class LLMEngine:
         start = time.perf_counter()
         seqs = self.scheduler.schedule()
         num_live = sum(not s.is_padding for s in seqs)
+        if num_live == 0:   # a step that keeps no token can only repeat itself: never spin
+            raise RuntimeError(self._stuck_message(seqs))
         scheduled = time.perf_counter()
         # a live request computes its tokens not yet cached (all of them after admission or
         # preemption, else the last one); a padding row recomputes its last cached token
@@ -116,8 +120,18 @@ class LLMEngine:
             phases={"matmul": matmul, "attention": attention,
                     "forward_other": forwarded - scheduled - matmul - attention,
                     "sampling": sampled - forwarded,
-                    "scheduling": (scheduled - start) + (end - sampled)}))
+                    "scheduling": (scheduled - start) + (end - sampled)},
+            seq_ids=tuple(s.seq_id for s in seqs),
+            padding_ids=tuple(s.seq_id for s in seqs if s.is_padding)))
         return finished
+
+    def _stuck_message(self, seqs: list[Sequence]) -> str:
+        sched, pages = self.scheduler, self.block_manager
+        head = sched.waiting[0] if sched.waiting else None
+        need = pages.num_pages_needed(head, head.num_tokens) if head else 0
+        return (f"scheduler bug: a step with no live request ({sched.policy} policy, "
+                f"{len(seqs)} padding rows, {len(sched.waiting)} waiting, "
+                f"{pages.num_free}/{pages.num_pages} pages free, the head of the queue needs {need})")
 
     def run(self) -> list[Sequence]:
         """Step until every request has finished; the requests in the order they were added."""

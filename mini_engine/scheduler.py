@@ -10,8 +10,18 @@ static      take up to max_batch requests and run that batch until its longest r
             compute but their slots stay idle until the batch ends.
 
 Both: before admitting anyone, every running request gets room for its next token; when the
-pool is short, the newest running request is preempted (its pages freed, itself requeued at the
-front to be recomputed from its tokens), as vLLM does.
+pool is short, a padding row is dropped first (it loses nothing), else the newest running request
+is preempted (its pages freed, itself requeued at the front to be recomputed from its tokens), as
+vLLM does.
+
+When is a static batch over? When none of its rows is live: every request in it has finished (and
+stays, if at all, only as padding) or was preempted back to the queue. Its padding rows then go and
+the next batch is admitted. The rule is checked wherever a row stops being live (a request
+finishes, a request is preempted), so a batch of padding alone is never computed.
+
+Progress: every step computes at least one live request (the pool holds one request of
+max_model_len, and an emptied batch admits the head of the queue), and every live row computed
+adds one token to its request. So a workload ends within sum(max_tokens) steps.
 """
 from __future__ import annotations
 
@@ -50,17 +60,28 @@ class Scheduler:
             self._admit()
         return list(self.running)
 
+    @property
+    def num_live(self) -> int:
+        """Running requests whose tokens are kept (the rest are padding rows)."""
+        return sum(not s.is_padding for s in self.running)
+
     def _make_room_for_running(self) -> None:
-        """A page for every live request's next token, preempting the newest when short."""
+        """A page for every live request's next token; when short, drop or preempt rows."""
         for seq in list(self.running):
             if seq not in self.running or seq.is_padding:   # preempted meanwhile / needs no room
                 continue
             while not self.block_manager.can_allocate(seq, seq.num_tokens):
-                self._preempt(self.running[-1])
+                self._preempt(self._victim())
                 if seq not in self.running:
                     break
             else:
                 self.block_manager.allocate(seq, seq.num_tokens)
+
+    def _victim(self) -> Sequence:
+        """Who gives up their pages: the newest padding row (dropping it loses nothing), else the
+        newest live request (vLLM preempts the lowest-priority, i.e. latest, request)."""
+        padding = [s for s in self.running if s.is_padding]
+        return (padding or self.running)[-1]
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
@@ -72,25 +93,32 @@ class Scheduler:
             seq.state = State.RUNNING
             self.running.append(seq)
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _remove(self, seq: Sequence) -> None:
+        """seq leaves the batch and gives its pages back."""
         self.running.remove(seq)
         self.block_manager.free(seq)
-        if seq.is_padding:          # already finished: nothing to recompute
-            return
-        seq.state = State.PREEMPTED
-        seq.num_preemptions += 1
-        self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self._remove(seq)
+        if not seq.is_padding:      # a padding row is already finished: nothing to recompute
+            seq.state = State.PREEMPTED
+            seq.num_preemptions += 1
+            self.num_preemptions += 1
+            self.waiting.appendleft(seq)
+        self._end_batch_if_over()
 
     def finish(self, seq: Sequence) -> None:
         """seq made its last token: it leaves (and its pages go back), or stays as padding."""
         seq.state = State.FINISHED
-        if self.pad_finished and any(not s.is_finished for s in self.running):
+        if self.pad_finished:
             seq.is_padding = True
-            return
-        self.running.remove(seq)
-        self.block_manager.free(seq)
-        if self.pad_finished and all(s.is_finished for s in self.running):
-            for padding in list(self.running):   # the batch is over: its padding rows go too
-                self.running.remove(padding)
-                self.block_manager.free(padding)
+        else:
+            self._remove(seq)
+        self._end_batch_if_over()
+
+    def _end_batch_if_over(self) -> None:
+        """A batch with no live row is over: its padding rows go (static batching; under the
+        continuous policy no row is ever padding, so this never fires there)."""
+        if self.num_live == 0:
+            for padding in list(self.running):
+                self._remove(padding)

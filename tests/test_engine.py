@@ -129,6 +129,24 @@ def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
     assert_fits(proc.stdout)
 
 
+def test_task_9_with_a_pool_of_one_request_ends_under_every_policy(tiny_model):
+    """The hang a learner met: --kv-bytes for a pool of just one request of 128 tokens (the tiny
+    model's fp32 KV is 2 x 2 layers x 1 KV head x 64 x 4 B = 1,024 B a token: 131,072 B = 8 pages
+    of 16) and more requests than the cap (seed 0 drew a workload on which static batching
+    with padding stepped a batch of padding alone for ever). Every policy ends, each with every
+    token."""
+    proc = run_script("task_9_build_your_own_engine.py", "--model", tiny_model,
+                      "--dtype", "float32", "--requests", "8", "--max-batch", "3",
+                      "--mean-output", "40", "--kv-bytes", "131072", "--no-vllm", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = saved_result("task_9_build_your_own_engine")
+    policies = r["policies"]
+    assert set(policies) == {"static", "static no-pad", "continuous"}
+    assert all(p["num_tokens"] == sum(r["workload_output_lengths"]) for p in policies.values())
+    assert all(p["peak_pages"] <= 8 for p in policies.values())
+    assert sum(p["num_preemptions"] for p in policies.values()) > 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--requests", "0"], "'0' must be greater than 0"),
     (["--max-batch", "-1"], "'-1' must be greater than 0"),

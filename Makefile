@@ -8,7 +8,7 @@ STAMP := $(VENV)/.lab-setup-done
 UV := $(VENV)/bin/uv
 UV_VERSION := 0.13.9
 
-.PHONY: setup lab summary dashboard test model stop bench bench-server browser clean
+.PHONY: setup lab summary report dashboard test model stop bench bench-server browser clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,11 @@ lab: setup
 # The section-10 table from results/*.json, the roofline, the last `make lab`'s time and memory.
 summary: setup
 	$(PY) summary.py
+
+# results/report.html: every step's report and figures, and the roofline, on one page that
+# opens offline, drawn from the saved results (no model runs; `make lab` writes it at its end).
+report: setup
+	$(PY) -m common.html_report
 
 # Task 8's live page on http://127.0.0.1:7860 (Ctrl-C stops it).
 dashboard: setup

@@ -1,5 +1,7 @@
 """The whole lab in one command (`make lab`): verify_environment.py, tasks 1-7, task 8's
-one-snapshot form and task 9, each run as a learner runs it, one after another, then the summary.
+one-snapshot form and task 9, each run as a learner runs it, one after another, then the summary
+and results/report.html (common/html_report.py: every step's report and figures on one page).
+Each step's report goes to the terminal as it prints and to results/<script>.txt, for that page.
 
 Each step's wall time and peak memory (PSS of the script, its children and the lab's vLLM server,
 which tasks 5-8 share) are measured and saved to results/lab_run.json, for the summary. A lab
@@ -14,13 +16,17 @@ vLLM server and exits 1. The server is stopped before task 9, which runs engines
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import summary
-from common import cli, memory, report, results, server, settings
+from common import cli, html_report, memory, report, results, server, settings
 
 SCRIPT = "lab_run"
 # Task 9 runs its own engines (its own, transformers', vLLM's in-process): the lab's server that
@@ -78,12 +84,53 @@ def chosen_steps(port: int, names: str | None, quick: bool = False) -> list[list
     return [by_script.get(name, [name]) for name in names.split(",")]
 
 
+def report_path(script: str) -> Path:
+    """results/<script>.txt: the step's report as printed, for results/report.html."""
+    return settings.results_dir() / f"{Path(script).stem}.txt"
+
+
+def tee(pipe, path: Path) -> None:
+    """Copy a step's output to the terminal as it comes (a partial line too: progress lines
+    end with flush) and to path. Its errors (stderr) go to the terminal only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as log:
+        while chunk := os.read(pipe.fileno(), 65536):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            log.write(chunk)
+
+
+class Tee:
+    """A text stream writing to two: the terminal and the summary's report file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+    def __getattr__(self, name: str):   # isatty(), encoding, ...: the terminal's
+        return getattr(self.streams[0], name)
+
+
 def run_step(command: list[str], port: int) -> dict:
-    """Run one script (its report goes straight to the terminal) and measure it."""
+    """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt)
+    and measure it."""
     print()
     report.note(f">>> python {' '.join(command)}", hang=4)
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *command], cwd=settings.REPO_DIR)
+    # unbuffered: through a pipe, Python would hold the report back in blocks
+    proc = subprocess.Popen([sys.executable, *command], cwd=settings.REPO_DIR,
+                            stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    copier = threading.Thread(target=tee, args=(proc.stdout, report_path(command[0])),
+                              daemon=True)
+    copier.start()
     with memory.PeakMemory(proc.pid, server_port=port) as peak:
         try:
             code = proc.wait()
@@ -91,6 +138,7 @@ def run_step(command: list[str], port: int) -> dict:
             proc.send_signal(signal.SIGINT)
             proc.wait()
             raise
+    copier.join(timeout=10)   # the rest of its output (a process it left may hold the pipe)
     return {"script": command[0], "args": command[1:], "exit_code": code,
             "seconds": round(time.perf_counter() - start, 1),
             "peak_memory_bytes": peak.peak_bytes, "peak_processes": peak.peak_processes}
@@ -122,12 +170,16 @@ def main(argv: list[str] | None = None) -> dict:
     results.save(SCRIPT, data)
     if not data["completed"]:
         stopped = server.stop_server(args.port)   # a failed lab leaves nothing running
+        write_report(args.port)
         cli.fail(f"{done[-1]['script']} exited with code {done[-1]['exit_code']}; the lab stops "
                  f"here (its output is above)"
                  + (f"; the vLLM server it started on :{args.port} is stopped" if stopped else ""),
                  code=1)
     print()
-    summary.main(["--measure"])
+    with open(report_path("summary.py"), "w") as log, contextlib.redirect_stdout(
+            Tee(sys.stdout, log)):
+        summary.main(["--measure"])
+    write_report(args.port)
     if any(command[0] in OWN_ENGINE_STEPS for command in commands):
         report.note("The lab's vLLM server was stopped before task 9; `make dashboard` starts "
                     "one again for the live page.")
@@ -136,6 +188,16 @@ def main(argv: list[str] | None = None) -> dict:
             f"python -m common.server stop --port {args.port}"
         report.note(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
     return data
+
+
+def write_report(port: int) -> None:
+    """results/report.html from what the steps saved, every step of the lab in its order (a step
+    not run says so); a page that cannot be written is one line, not a failed lab."""
+    try:
+        names = [Path(command[0]).stem for command in steps(port)] + [summary.SCRIPT]
+        report.path_line("Report", html_report.write(names))
+    except OSError as e:
+        report.note(f"Report: not written ({type(e).__name__}: {e})")
 
 
 if __name__ == "__main__":

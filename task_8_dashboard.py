@@ -267,7 +267,6 @@ def main(argv: list[str] | None = None) -> dict:
 def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine: str):
     """The page: thin Gradio wiring over the Monitor, which does the work."""
     import gradio as gr
-    import pandas as pd
 
     def figures() -> str:
         p = watcher.latest()
@@ -282,18 +281,15 @@ def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine
         now = "Last read (server down)" if watcher.is_down() else "Now"
         return f"| Metric | {now} |\n|---|---:|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
-    def series(**columns: str) -> pd.DataFrame:
-        """Long format for one plot: t (s), value, series; a point with no value is left out."""
-        rows = [(p.t_s, getattr(p, attr), name) for p in watcher.history()
-                for name, attr in columns.items() if getattr(p, attr) is not None]
-        return pd.DataFrame(rows, columns=["t (s)", "value", "series"])
-
     def refresh():
-        return (watcher.status(), figures(), watcher.load_status(),
-                series(**{"tokens/s": "tokens_per_s"}),
-                series(running="running", waiting="waiting"),
-                series(**{"KV-cache %": "kv_usage_pct"}),
-                series(TTFT="mean_ttft_s", e2e="mean_e2e_s"))
+        points = watcher.history()
+        plots = [plot_frame(points, {"tokens/s": "tokens_per_s"}),
+                 plot_frame(points, {"running": "running", "waiting": "waiting"}),
+                 plot_frame(points, {"KV-cache %": "kv_usage_pct"}),
+                 plot_frame(points, {"TTFT": "mean_ttft_s", "e2e": "mean_e2e_s"})]
+        # a plot with no value yet keeps waiting for its first real frame (see plot_frame)
+        plots = [frame if frame["value"].notna().any() else gr.skip() for frame in plots]
+        return (watcher.status(), figures(), watcher.load_status(), *plots)
 
     def plot(title: str, y_title: str) -> gr.LinePlot:
         return gr.LinePlot(x="t (s)", y="value", color="series", title=title, y_title=y_title,
@@ -315,7 +311,7 @@ def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine
             requests_plot = plot("Requests", "requests")
         with gr.Row():
             kv_plot = plot("KV-cache usage", "%")
-            latency_plot = plot(f"Mean latency, last {watcher.latency_window_s:g} s", "s")
+            latency_plot = plot(f"Mean latency, last {watcher.latency_window_s:g} s", "seconds")
         gr.Markdown("Production scrapes the same `/metrics` with Prometheus and plots it in "
                     "Grafana; the names are `vllm:generation_tokens_total`, "
                     "`vllm:num_requests_running`, `vllm:num_requests_waiting`, "
@@ -326,6 +322,25 @@ def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine
         gr.Timer(refresh_s).tick(refresh, outputs=[status, table, load_status, tokens_plot,
                                                    requests_plot, kv_plot, latency_plot])
     return demo
+
+
+PLOT_COLUMNS = {"t (s)": "float64", "value": "float64", "series": "str"}
+
+
+def plot_frame(points: list[monitor.Point], columns: dict[str, str]):
+    """One plot's data in long form (t (s), value, series), from the Monitor's points; columns
+    maps each series to the Point attribute it plots.
+
+    Gradio's plot builds its axes, their margins and its colour scale once, from the first frame
+    it gets, and then only swaps the data. So the columns are typed, every series is in every
+    frame (NaN where it has no value yet: not drawn), and the page sends a plot no frame before
+    it has a value: a first frame with no rows (no request finished yet) had untyped columns,
+    and the latency plot kept text axes (x ticks '14.179066998', y labels cut) and no colour for
+    its lines, so none showed."""
+    import pandas as pd
+
+    rows = [(p.t_s, getattr(p, attr), name) for p in points for name, attr in columns.items()]
+    return pd.DataFrame(rows, columns=list(PLOT_COLUMNS)).astype(PLOT_COLUMNS)
 
 
 def _rate(value: float | None) -> str:

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from common import cli, engine, kv, load, report, results, settings
+from common import cli, engine, figures, kv, load, report, results, settings
 from common import roofline as rl
 from mini_engine import LLMEngine, Llama
 from mini_engine.engine import PHASES, eos_token_ids
@@ -319,12 +319,40 @@ def print_phases(split: dict, machine: dict) -> None:
                  widths=[33, 16, 16])
     report.note(f"Weights {machine['weight_bytes'] / 1e6:,.0f} MB at "
                 f"{machine['bandwidth_bytes_s'] / 1e9:.1f} GB/s ({machine['bandwidth_from']}); "
-                "kernel floor: q, k, v, o, gate, up, down and the LM head timed alone, "
-                "unfused")
+                "kernel floor: q, k, v, o, gate, up, down and the LM head timed alone "
+                "through F.linear, unfused")
+
+
+def linear_choices(model: Llama) -> dict:
+    """What the model measured at load to choose its linear layers' kernels (for the report)."""
+    return {"batch_sizes": list(model.linear_batch_sizes), "seconds": model.linear_choice_s,
+            "layers": {kind: {"chosen": c.chosen, "ms": {k: 1000 * v for k, v in c.seconds.items()}}
+                       for kind, c in model.linear_choices.items()}}
+
+
+def print_linear_choices(choices: dict) -> None:
+    """The kernel each kind of linear layer runs, and what the others measured (fused)."""
+    layers = choices["layers"]
+    kernels = [k for k in next(iter(layers.values()))["ms"] if ", unfused" not in k]
+    sizes = " + ".join(map(str, choices["batch_sizes"]))
+    report.note(f"Linear layers: kernel measured at load, ms for all layers of a kind at "
+                f"batch {sizes} ({choices['seconds']:.1f} s in all):")
+    widths = [9] + [(65 - 9 - 17) // len(kernels)] * len(kernels) + [17]
+    report.table(["Layer", *kernels, "chosen"],
+                 [(kind, *(f"{c['ms'][k]:.1f}" for k in kernels), c["chosen"])
+                  for kind, c in layers.items()], widths)
+    fusion = []
+    for kind, parts in (("qkv", "q, k, v"), ("gate_up", "gate, up")):
+        ms = layers[kind]["ms"]
+        fused = min(v for k, v in ms.items() if ", unfused" not in k)
+        apart = min(v for k, v in ms.items() if ", unfused" in k)
+        fusion.append(f"{parts} {'fused' if fused <= apart else 'apart'} "
+                      f"({fused:.1f} fused vs {apart:.1f} ms apart)")
+    report.note("Best of each: " + "; ".join(fusion))
 
 
 def insights(correct: dict, runs: dict, ours: PolicyRun, vllm: dict | None, split: dict,
-             machine: dict) -> list[str]:
+             machine: dict, choices: dict) -> list[str]:
     """Each line chosen from what this run measured."""
     lines = []
     n, ok = correct["num_prompts"], correct["num_identical"]
@@ -346,20 +374,42 @@ def insights(correct: dict, runs: dict, ours: PolicyRun, vllm: dict | None, spli
                          "from refilling their slots at the next step")
     lines.append(f"Paging held at most {ours.peak_pages} pages where reserving max_model_len "
                  f"per running request would have held {ours.contiguous_pages}")
-    cap = max(split, key=int)
-    matmul_ms, floor_ms = 1000 * split[cap]["matmul"], 1000 * machine["kernel_floor_s"][cap]
-    share = f"matmuls are {100 * split[cap]['matmul'] / split[cap]['step']:.0f}% of its step " \
-            f"at batch {cap}"
     if vllm:
         lines.append(f"This engine ran at {ours.tokens_per_s / vllm['tokens_per_s']:.2f}x vLLM's "
-                     f"tokens/s on the same workload; {share}")
-    if matmul_ms < floor_ms:
-        lines.append(f"Its matmuls ({matmul_ms:.0f} ms) beat the kernel floor timed through "
-                     f"F.linear ({floor_ms:.0f} ms): the same products, fused and handed to "
-                     "the library as (W @ x.T), which it runs faster on skinny batches")
-    elif not vllm:
-        lines.append(f"The matmul library bounds the step: {share}")
+                     "tokens/s on the same workload")
+    lines.append(step_limit(split, machine))
+    lines.append(kernel_choice(split, machine, choices))
     return lines
+
+
+def step_limit(split: dict, machine: dict) -> str:
+    """What bounds a decode step at the cap, from its measured phases."""
+    cap = max(split, key=int)
+    phases = split[cap]
+    parts = {"the matmul library": phases["matmul"], "attention": phases["attention"],
+             "the many small ops and the Python of the step": phases["forward_other"]
+             + phases["sampling"] + phases["scheduling"]}
+    name = max(parts, key=parts.get)
+    line = (f"At batch {cap} a decode step took {1000 * phases['step']:.0f} ms, "
+            f"{100 * parts[name] / phases['step']:.0f}% of it {name}")
+    if name == "the matmul library":
+        times = phases["matmul"] / machine["weight_read_s"]
+        line += (f": {times:.1f}x one read of the weights, so the kernels on these skinny shapes, "
+                 "more than memory, set the pace" if times > 1.5 else
+                 f": {times:.1f}x one read of the weights, so memory bandwidth sets the pace")
+    return line
+
+
+def kernel_choice(split: dict, machine: dict, choices: dict) -> str:
+    """The linear layers' kernel chosen at load, against the kernel floor through F.linear."""
+    cap = max(split, key=int)
+    matmul_ms, floor_ms = 1000 * split[cap]["matmul"], 1000 * machine["kernel_floor_s"][cap]
+    chosen = sorted({c["chosen"] for c in choices["layers"].values()})
+    verdict = ("faster than" if matmul_ms < 0.95 * floor_ms else
+               "no faster than" if matmul_ms < 1.05 * floor_ms else "slower than")
+    return (f"Its linear layers ran {' / '.join(chosen)}, measured fastest on this CPU at load: "
+            f"{matmul_ms:.0f} ms a step at batch {cap}, {verdict} the {floor_ms:.0f} ms of the "
+            "kernel floor through F.linear")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -392,24 +442,27 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
 
     progress("Part 1: the engine against transformers, greedy...")
-    model = Llama(model_choice.path, "float32")
+    batch_sizes = (1, args.max_batch)   # the linear layers' kernels are measured at these
+    model = Llama(model_choice.path, "float32", batch_sizes)
     hf_model = AutoModelForCausalLM.from_pretrained(model_choice.path, dtype=torch.float32).eval()
     correct = check_correctness(model, eos_ids, hf_model, tokenizer, args)
     if dtype.dtype != "float32":   # parts 2-4 run the lab's dtype
-        model = Llama(model_choice.path, dtype.dtype)
+        model = Llama(model_choice.path, dtype.dtype, batch_sizes)
         hf_model = AutoModelForCausalLM.from_pretrained(
             model_choice.path, dtype=engine.torch_dtype(dtype.dtype)).eval()
 
     workload = make_workload(tokenizer, args.requests, args.mean_output, args.seed)
     plans = {"static": [("static", "static", True), ("static no-pad", "static", False)],
              "continuous": [("continuous", "continuous", True)]}
-    runs, cont_engine = {}, None
+    runs, cont_engine, timelines = {}, None, {}
     for label, policy, pad in [p for k, v in plans.items() if args.policy in (k, "both") for p in v]:
         progress(f"Part 2: {label} batching...")
         runs[label], eng = run_policy(model, eos_ids, workload, args, label, policy, pad)
         cont_engine = eng if policy == "continuous" else cont_engine
+        timelines[label] = figures.timeline_record(eng.steps)   # the batching timeline's data
     best = runs.get("continuous") or runs["static"]
 
+    choices = linear_choices(model)
     progress("Part 4: timing the phases of a step...")
     split = phase_split(model, eos_ids, workload, cont_engine or eng, args)
     machine = machine_figures(model, dtype.dtype, [int(b) for b in split])
@@ -431,7 +484,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_vllm:
         print_real_thing(best, vllm, hf, args)
     print_phases(split, machine)
-    report.insight(insights(correct, runs, best, vllm, split, machine))
+    print_linear_choices(choices)
+    report.insight(insights(correct, runs, best, vllm, split, machine, choices))
 
     data = {"model": model_choice.name, "model_source": model_choice.source,
             "model_path": model_choice.path, "dtype": dtype.dtype, "dtype_reason": dtype.reason,
@@ -444,7 +498,8 @@ def main(argv: list[str] | None = None) -> dict:
             "correctness": correct,
             "workload_output_lengths": [r.num_output for r in workload],
             "policies": {label: asdict(r) for label, r in runs.items()},
-            "phases": split, "machine": machine, "vllm": vllm, "transformers_static": hf}
+            "phases": split, "machine": machine, "vllm": vllm, "transformers_static": hf,
+            "timelines": timelines, "linear_choices": choices}
     if "static" in runs and "continuous" in runs:
         data["continuous_over_static"] = runs["continuous"].tokens_per_s / runs["static"].tokens_per_s
     if vllm:

@@ -7,4 +7,6 @@ kv        - KV-cache arithmetic and the page allocator of tasks 3-4
 engine    - the vLLM engine and the HuggingFace baseline, measured the same way
 report    - the boxed report every script prints
 results   - results/<script>.json, what each script measured
+figures   - the pictures drawn from the saved results (one registry: FIGURES)
+html_report - results/report.html, every step's report and figures on one page
 """

@@ -124,15 +124,29 @@ def insight(lines: Sequence[str]) -> None:
 
 
 def saved(path) -> None:
-    """'Saved: results/<script>.json', relative to the folder the script runs in when inside it."""
+    """'Saved: results/<script>.json', relative to the folder the script runs in when inside it;
+    then the figures drawn from that result (common.figures.FIGURES), one line each:
+    'Figure: results/<script>.png', or why it was not drawn (the result is saved all the same)."""
+    from common import figures   # matplotlib is imported only when a figure is drawn
+
+    path_line("Saved", path)
+    for png, error in figures.save_figures(Path(path).stem):
+        if error is None:
+            path_line("Figure", png)
+        else:
+            note(f"Figure {Path(png).name} not drawn: {error}")
+
+
+def path_line(label: str, path) -> None:
+    """'label: path', the path relative to the current folder when inside it."""
     try:
         path = Path(path).resolve().relative_to(Path.cwd())
     except ValueError:
         pass
-    if len(f"Saved: {path}") <= WIDTH:
-        print(f"Saved: {path}")
+    if len(f"{label}: {path}") <= WIDTH:
+        print(f"{label}: {path}")
     else:   # a long path on lines of its own, cut only where it must be
-        print("Saved:")
+        print(f"{label}:")
         note(str(path), indent=2, hang=0)
 
 

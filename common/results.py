@@ -9,12 +9,14 @@ from common import settings
 
 
 def save(script: str, data: dict) -> Path:
-    """Write data (plus when it was measured) to results/<script>.json and return the path."""
+    """Write data (plus when and on which machine it was measured: a figure names both) to
+    results/<script>.json and return the path."""
     out_dir = settings.results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{script}.json"
     record = {"script": script,
               "measured_at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+              "measured_on": {"cpu": settings.cpu_model_name(), "cores": settings.num_cores()},
               **data}
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path

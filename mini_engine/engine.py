@@ -82,6 +82,8 @@ class LLMEngine:
         start = time.perf_counter()
         seqs = self.scheduler.schedule()
         num_live = sum(not s.is_padding for s in seqs)
+        # padding as scheduled: a request that finishes in this step made its token here
+        padding_ids = tuple(s.seq_id for s in seqs if s.is_padding)
         if num_live == 0:   # a step that keeps no token can only repeat itself: never spin
             raise RuntimeError(self._stuck_message(seqs))
         scheduled = time.perf_counter()
@@ -91,7 +93,8 @@ class LLMEngine:
                   if seq.is_padding else
                   (seq.token_ids[seq.num_cached:], seq.num_cached, seq.page_table) for seq in seqs]
         self.model.times = dict.fromkeys(self.model.times, 0.0)
-        logits = self.model.forward(make_batch(inputs, self.page_size))
+        logits = self.model.forward(make_batch(inputs, self.page_size, self.model.heads_per_kv,
+                                               self.model.dtype))
         forwarded = time.perf_counter()
         next_ids = self.sampler(logits, [s.temperature for s in seqs],
                                 [len(s.output_ids) >= s.min_tokens for s in seqs])
@@ -122,7 +125,7 @@ class LLMEngine:
                     "sampling": sampled - forwarded,
                     "scheduling": (scheduled - start) + (end - sampled)},
             seq_ids=tuple(s.seq_id for s in seqs),
-            padding_ids=tuple(s.seq_id for s in seqs if s.is_padding)))
+            padding_ids=padding_ids))
         return finished
 
     def _stuck_message(self, seqs: list[Sequence]) -> str:

@@ -145,6 +145,23 @@ def test_monitor_follows_the_server_down_and_back():
         endpoint.close()
 
 
+def test_plot_frames_are_typed_and_hold_every_series():
+    """What the page's plots get (see task_8_dashboard.plot_frame): numbers as numbers even with
+    no row yet, and every series in every frame, NaN where it has no value."""
+    import task_8_dashboard
+
+    def point(t_s, ttft):
+        return monitor.Point(t_s, None, 0, 0, None, ttft, None)
+
+    columns = {"TTFT": "mean_ttft_s", "e2e": "mean_e2e_s"}
+    empty = task_8_dashboard.plot_frame([], columns)
+    assert [str(t) for t in empty.dtypes] == ["float64", "float64", "str"]
+    frame = task_8_dashboard.plot_frame([point(0.5, None), point(1.5, 0.25)], columns)
+    assert list(frame["series"]) == ["TTFT", "e2e", "TTFT", "e2e"]
+    assert frame["value"].isna().tolist() == [True, True, False, True]
+    assert frame["value"][2] == 0.25 and frame["t (s)"].tolist() == [0.5, 0.5, 1.5, 1.5]
+
+
 # --- against a real vLLM server ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def slow_server(tiny_model):
@@ -277,6 +294,7 @@ def chromium():
                  "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
                  "--window-size=1400,1300"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})   # the console, for get_log
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     return driver, profile
 
@@ -297,6 +315,82 @@ def wait_for(driver, elem_id: str, pattern: str, timeout_s: float = 60) -> re.Ma
             return match
         time.sleep(0.25)
     raise AssertionError(f"#{elem_id} never matched {pattern!r}; it showed: {text!r}")
+
+
+# Vega (Gradio's plots) writes what it draws into the SVG's ARIA labels: each axis says its scale
+# and range ("X-axis titled 't' for a linear scale with values from 0 to 16"), each line mark
+# its first datum ("t: 8.5; s: 0.16; series: TTFT") beside its stroke and path.
+PLOTS_JS = """
+return Array.from(document.querySelectorAll('svg')).map(svg => {
+  const labels = role => Array.from(svg.querySelectorAll(`[aria-roledescription="${role}"]`))
+    .map(e => e.getAttribute('aria-label') || '');
+  return {title: labels('title')[0] || '', axes: labels('axis'),
+          lines: Array.from(svg.querySelectorAll('[aria-roledescription="line mark"]')).map(
+            e => ({label: e.getAttribute('aria-label') || '', stroke: e.getAttribute('stroke'),
+                   d: e.getAttribute('d') || ''}))};
+}).filter(plot => plot.title);
+"""
+PLOT_SERIES = {"Generation throughput": ["tokens/s"], "Requests": ["running", "waiting"],
+               "KV-cache usage": ["KV-cache %"], "Mean latency, last 10 s": ["TTFT", "e2e"]}
+
+
+def check_plots(driver) -> dict[str, tuple[float, float]]:
+    """Every plot of the page as a person would read it: both axes numeric (a linear scale with
+    a range, not a list of raw floats taken as text), and a coloured, drawn line per series.
+    Returns each plot's y range."""
+    plots = {p["title"].removeprefix("Title text '").removesuffix("'"): p
+             for p in driver.execute_script(PLOTS_JS)}
+    assert set(plots) == set(PLOT_SERIES), list(plots)
+    y_ranges = {}
+    for title, series in PLOT_SERIES.items():
+        plot = plots[title]
+        ranges = [re.search(r"for a linear scale with values from (-?[\d.]+) to (-?[\d.]+)$", a)
+                  for a in plot["axes"]]
+        assert len(ranges) == 2 and all(ranges), f"{title}: axes {plot['axes']}"
+        y_ranges[title] = (float(ranges[1].group(1)), float(ranges[1].group(2)))
+        assert sorted(re.search(r"series: (.*)$", line["label"]).group(1)
+                      for line in plot["lines"]) == sorted(series), f"{title}: {plot['lines']}"
+        for line in plot["lines"]:   # a line with no colour, or no segment, shows nothing
+            assert line["stroke"] not in (None, "", "none") and "L" in line["d"], \
+                f"{title}: {line}"
+    return y_ranges
+
+
+def test_dashboard_plots_in_a_real_browser(tmp_path):
+    """The page against captured /metrics texts (no vLLM): idle at first, so the latency plot's
+    first frames have no value; then 12 requests running; then finished. Every plot must still
+    read as numbers with a visible line per series, and the latency plot's y range hold the
+    mean latency the table shows. (Gradio keeps a plot's axes from its first frame: an untyped
+    empty one gave the latency plot text axes and no line.)"""
+    import task_8_dashboard
+
+    port, dashboard_port = server.free_port(), server.free_port()
+    endpoint = MetricsEndpoint(port)
+    watcher = monitor.Monitor(f"http://127.0.0.1:{port}", "m", interval_s=0.5).start()
+    demo = task_8_dashboard.build_ui(watcher, 10, refresh_s=0.5, engine="")
+    driver = profile = None
+    try:
+        demo.launch(server_name="127.0.0.1", server_port=dashboard_port,
+                    prevent_thread_lock=True, quiet=True)
+        driver, profile = chromium()
+        driver.get(f"http://127.0.0.1:{dashboard_port}/")
+        wait_for(driver, "status", r"Server UP")
+        time.sleep(2)                                  # idle frames: no latency yet
+        endpoint.text = BUSY
+        wait_for(driver, "figures", r"Requests running\s+12")
+        endpoint.text = AFTER
+        e2e = wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+(\d+\.\d{3})")
+        time.sleep(1.5)                                # a few frames more: lines, not points
+        low, high = check_plots(driver)["Mean latency, last 10 s"]
+        assert low <= float(e2e.group(1)) <= high
+        assert driver.save_screenshot(str(tmp_path / "dashboard_plots.png"))
+    finally:
+        if driver:
+            driver.quit()
+            shutil.rmtree(profile, ignore_errors=True)
+        demo.close()
+        watcher.stop()
+        endpoint.close()
 
 
 @pytest.mark.engine
@@ -327,7 +421,10 @@ def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
         rate = wait_for(driver, "figures", r"Generation tokens/s \(last interval\)\s+([1-9][\d.]*)")
         assert float(rate.group(1)) > 0
         wait_for(driver, "load-status", r"Last load: 20/20 requests ok in [\d.]+ s, 2,000 tokens")
-        wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+\d+\.\d{3}")
+        e2e = wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+(\d+\.\d{3})")
+        time.sleep(2)                      # a few frames more: the latency plot's lines
+        low, high = check_plots(driver)["Mean latency, last 10 s"]
+        assert low <= float(e2e.group(1)) <= high
         # in the test's own folder (pytest keeps the last 3 runs' under /tmp/pytest-of-$USER),
         # never in the learner's results/
         shot = tmp_path / "task_8_dashboard_browser_test.png"

@@ -170,3 +170,55 @@ def test_a_budget_smaller_than_one_request_is_one_line_and_exit_2(tiny_model):
     lines = proc.stderr.strip().splitlines()
     assert lines == ["ERROR: --kv-bytes 1,000 cannot hold one request of 128 tokens "
                      "(131,072 B in float32)"], proc.stderr
+
+
+def test_every_linear_kernel_computes_the_same_product():
+    """Each candidate of mini_engine/linear.py, fused or not, against x @ W.T written out, on the
+    tiny model's shapes: the choice made at load changes the speed, never the maths."""
+    import torch
+
+    from mini_engine import linear as lin
+
+    torch.manual_seed(0)
+    parts = [torch.randn(128, 64), torch.randn(64, 64), torch.randn(64, 64)]   # q, k, v
+    x = torch.randn(5, 64)
+    reference = x @ torch.cat(parts).T
+    kernels = lin.available_kernels(torch.float32)
+    assert [k.name for k in kernels][:2] == ["F.linear", "W @ x.T"]
+    for kernel in kernels:
+        for fused in (True, False):
+            y = lin.Linear(parts, kernel, fused)(x)
+            assert y.shape == (5, 256) and torch.allclose(y, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_the_choice_is_the_fastest_measured_and_builds_back():
+    import torch
+
+    from mini_engine import linear as lin
+
+    layers = {"qkv": [[torch.randn(96, 32), torch.randn(32, 32), torch.randn(32, 32)]] * 2,
+              "down": [[torch.randn(32, 64)]] * 2}          # two layers of each kind
+    choices, built = lin.choose(layers, torch.float32, [1, 4], budget_s=0.003)
+    kernels = [k.name for k in lin.available_kernels(torch.float32)]
+    # qkv: every kernel fused and unfused; down: one part, so no fusion to choose
+    assert set(choices["qkv"].seconds) == {f"{k}{s}" for k in kernels for s in ("", ", unfused")}
+    assert set(choices["down"].seconds) == set(kernels)
+    for c in choices.values():
+        assert c.seconds[c.chosen] == min(c.seconds.values())
+        assert [linear.label for linear in built[c.kind]] == [c.chosen] * 2
+        assert lin.build(layers[c.kind][0], c.chosen).label == c.chosen
+
+
+def test_a_forced_kernel_makes_the_same_tokens_as_the_measured_choice(tiny):
+    folder, model, _, tokenizer = tiny
+    forced = Llama(folder, linear="F.linear")
+    assert set(forced.linear_labels.values()) == {"F.linear"} and forced.linear_choices == {}
+    assert set(model.linear_choices) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    outputs = []
+    for m in (model, forced):
+        eng = LLMEngine(m, eos_token_ids(folder), settings.KV_CACHE_BYTES, max_batch=4)
+        seqs = [eng.add_request(tokenizer(p)["input_ids"], 12, min_tokens=12)
+                for p in task9.CHECK_PROMPTS[:4]]
+        eng.run()
+        outputs.append([s.output_ids for s in seqs])
+    assert outputs[0] == outputs[1]

@@ -49,7 +49,7 @@ def eos_token_ids(folder: str) -> list[int]:
 class LLMEngine:
     def __init__(self, model: Llama, eos_ids: list[int], kv_bytes: int, page_size: int = 16,
                  max_batch: int = 16, max_model_len: int = 128, policy: str = "continuous",
-                 pad_finished: bool = True, seed: int = 0):
+                 pad_finished: bool = True, seed: int = 0, enable_prefix_caching: bool = False):
         self.model = model
         self.page_size = page_size
         self.max_model_len = max_model_len
@@ -57,8 +57,11 @@ class LLMEngine:
         if self.num_pages < cdiv(max_model_len, page_size):
             raise ValueError(f"a KV budget of {kv_bytes:,} B holds {self.num_pages} pages of "
                              f"{page_size} tokens: not one request of {max_model_len} tokens")
-        model.allocate_kv_cache(self.num_pages, page_size)
-        self.block_manager = BlockManager(self.num_pages, page_size)
+        # one page more than the budget's: a scratch page that static batching's padding rows
+        # write into, so they never write into a page another request may share
+        model.allocate_kv_cache(self.num_pages + 1, page_size)
+        self.scratch_slot = self.num_pages * page_size
+        self.block_manager = BlockManager(self.num_pages, page_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_batch, policy, pad_finished)
         self.sampler = Sampler(eos_ids, seed)
         self.sequences: list[Sequence] = []
@@ -89,9 +92,11 @@ class LLMEngine:
         scheduled = time.perf_counter()
         # a live request computes its tokens not yet cached (all of them after admission or
         # preemption, else the last one); a padding row recomputes its last cached token
-        inputs = [(seq.token_ids[seq.num_cached - 1:seq.num_cached], seq.num_cached - 1, seq.page_table)
+        inputs = [(seq.token_ids[seq.num_cached - 1:seq.num_cached], seq.num_cached - 1,
+                   seq.page_table, self.scratch_slot)
                   if seq.is_padding else
-                  (seq.token_ids[seq.num_cached:], seq.num_cached, seq.page_table) for seq in seqs]
+                  (seq.token_ids[seq.num_cached:], seq.num_cached, seq.page_table, None)
+                  for seq in seqs]
         self.model.times = dict.fromkeys(self.model.times, 0.0)
         logits = self.model.forward(make_batch(inputs, self.page_size, self.model.heads_per_kv,
                                                self.model.dtype))
@@ -104,6 +109,7 @@ class LLMEngine:
             if seq.is_padding:
                 continue                               # the padding row's token is thrown away
             seq.num_cached = seq.num_tokens
+            self.block_manager.register_full_pages(seq, seq.num_cached)   # pages now full
             seq.output_ids.append(token_id)
             if seq.first_token_s is None:
                 seq.first_token_s = sampled
@@ -118,7 +124,7 @@ class LLMEngine:
         matmul, attention = self.model.times["matmul"], self.model.times["attention"]
         self.steps.append(StepStats(
             num_rows=len(seqs), num_live=num_live,
-            num_tokens=sum(len(ids) for ids, _, _ in inputs), num_pages_used=num_pages_used,
+            num_tokens=sum(len(ids) for ids, _, _, _ in inputs), num_pages_used=num_pages_used,
             seconds=end - start,
             phases={"matmul": matmul, "attention": attention,
                     "forward_other": forwarded - scheduled - matmul - attention,

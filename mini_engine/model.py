@@ -83,19 +83,21 @@ def make_group(requests: list[tuple[int, int, int, list[int]]], page_size: int,
                  rows[valid], len(requests), num_q, num_ctx)
 
 
-def make_batch(requests: list[tuple[list[int], int, list[int]]], page_size: int,
+def make_batch(requests: list[tuple[list[int], int, list[int], int | None]], page_size: int,
                heads_per_kv: int = 1, dtype: torch.dtype = torch.float32) -> Batch:
-    """requests: (new token ids, position of the first, page table) for each request."""
+    """requests: (new token ids, position of the first, page table, write slot) for each
+    request; write slot None: its K/V goes into its pages, else into that one slot."""
     rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
-    for token_ids, start_pos, table in requests:
+    for token_ids, start_pos, table, write_slot in requests:
         (decode if len(token_ids) == 1 else prefill).append(
             (len(rows_ids), len(token_ids), start_pos, table))
         rows_ids += token_ids
         for pos in range(start_pos, start_pos + len(token_ids)):
             rows_pos.append(pos)
-            rows_slot.append(table[pos // page_size] * page_size + pos % page_size)
+            rows_slot.append(table[pos // page_size] * page_size + pos % page_size
+                             if write_slot is None else write_slot)
     groups = [make_group(g, page_size, heads_per_kv, dtype) for g in (decode, prefill) if g]
-    last_rows = torch.tensor([len(ids) for ids, _, _ in requests]).cumsum(0) - 1
+    last_rows = torch.tensor([len(r[0]) for r in requests]).cumsum(0) - 1
     return Batch(torch.tensor(rows_ids), torch.tensor(rows_pos), torch.tensor(rows_slot),
                  groups, last_rows, len(rows_ids))
 

@@ -86,10 +86,10 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting[0]
-            if not self.block_manager.can_allocate(seq, seq.num_tokens):
+            if not self.block_manager.can_admit(seq):
                 break          # first come, first served: nobody overtakes the head of the line
             self.waiting.popleft()
-            self.block_manager.allocate(seq, seq.num_tokens)
+            self.block_manager.admit(seq)      # its cached prefix shared, new pages for the rest
             seq.state = State.RUNNING
             self.running.append(seq)
 

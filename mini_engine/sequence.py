@@ -22,6 +22,9 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     page_table: list[int] = field(default_factory=list)   # logical page i -> physical page id
     num_cached: int = 0           # tokens whose K and V are in the pool
+    num_cached_at_admission: int = 0   # of them, found in the prefix cache when last admitted
+    page_hashes: list = field(default_factory=list)   # prefix hash of each full page, chained
+    num_registered: int = 0       # full pages put in the prefix cache so far
     state: State = State.WAITING
     is_padding: bool = False      # static batching: finished, but its row is still computed
     num_preemptions: int = 0

@@ -58,7 +58,7 @@ def test_identical_under_preemption_and_every_page_comes_back(tiny):
         eng.step()
         held = [page for s in eng.scheduler.running for page in s.page_table]
         assert len(held) == len(set(held)), "a page held by two requests"
-        assert not set(held) & set(eng.block_manager.allocator.free_pages)
+        assert not set(held) & set(eng.block_manager.free_queue)
         assert len(held) + eng.block_manager.num_free == 10
     assert eng.scheduler.num_preemptions > 0
     assert sum(s.num_preemptions for s in seqs) == eng.scheduler.num_preemptions

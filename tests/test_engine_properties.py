@@ -9,18 +9,26 @@ the tests build (2 layers), each case takes milliseconds. Counts, pages and toke
 never times.
 
 Invariants, checked at every step:
-- pages are conserved: free + held = total, no page in two page tables, no held page on the free
-  list, and a request that is not running holds none;
+- pages are conserved: free + held = total, no held page on the free queue (so none is handed
+  out again while a request holds it), each page's ref count the number of page tables it is in
+  and never negative (with the prefix cache off: no page in two tables), and a request that is
+  not running holds none;
 - nothing is preempted while the pool has room for what is running (free pages plus those of
   padding rows, which are dropped first);
 and at the end:
 - the run ended within sum(max_tokens) steps: every step computes at least one live request and
   every live row adds a token (mini_engine/scheduler.py says why);
 - every request has exactly its tokens when EOS is held off (else it stopped at EOS or its max);
-- each request's greedy tokens equal the same request run alone in a roomy pool;
-- every page is free again.
+- each request's greedy tokens equal the same request run alone in a roomy pool without the
+  prefix cache (so the cache changes no token);
+- every page is free again, every ref count zero.
+
+Half the cases turn the prefix cache on, and the workloads share a drawn prefix (a system prompt),
+whole or in part, so pages are shared, hit, kept after their requests end and evicted.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -58,17 +66,23 @@ def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos
 
 
 @st.composite
-def requests(draw):
-    prompt_len = draw(st.integers(1, 24))
-    prompt = tuple(draw(st.lists(st.integers(1, 49151), min_size=prompt_len, max_size=prompt_len)))
-    return prompt, draw(st.integers(1, MAX_MODEL_LEN - prompt_len))
+def requests(draw, shared: tuple):
+    """A prompt that starts with the shared prefix (or a part of it, or not at all)."""
+    head = shared[:draw(st.integers(0, len(shared)))]
+    tail_len = draw(st.integers(0 if head else 1, 24 - len(head)))
+    prompt = head + tuple(draw(st.lists(st.integers(1, 49151), min_size=tail_len,
+                                        max_size=tail_len)))
+    return prompt, draw(st.integers(1, MAX_MODEL_LEN - len(prompt)))
 
 
 @st.composite
 def cases(draw):
     page_size = draw(st.sampled_from([1, 3, 4, 8, 16]))
     one_request = cdiv(MAX_MODEL_LEN, page_size)      # the least budget the engine accepts
-    return {"workload": draw(st.lists(requests(), min_size=1, max_size=7)),
+    # a prefix several requests share (a system prompt), so the prefix cache has hits to take
+    shared = tuple(draw(st.lists(st.integers(1, 49151), min_size=0, max_size=20)))
+    return {"workload": draw(st.lists(requests(shared), min_size=1, max_size=7)),
+            "prefix_caching": draw(st.booleans()),
             "eos_held_off": draw(st.booleans()),
             "page_size": page_size,
             "num_pages": draw(st.integers(one_request, 3 * one_request)),
@@ -78,14 +92,23 @@ def cases(draw):
 
 
 def check_pages(eng: LLMEngine) -> None:
-    running = eng.scheduler.running
-    held = [page for seq in running for page in seq.page_table]
-    free = list(eng.block_manager.allocator.free_pages)
-    assert len(held) == len(set(held)), "a page in two page tables"
-    assert not set(held) & set(free), "a held page on the free list"
-    assert len(held) + len(free) == eng.num_pages, "pages lost or made up"
+    """Each page is either free (on the free queue, nobody holds it) or held, its ref count the
+    number of page tables it is in (shared prefix pages counted once in the pool)."""
+    bm, running = eng.block_manager, eng.scheduler.running
+    refs = Counter(page for seq in running for page in seq.page_table)
+    free = list(bm.free_queue)
+    assert all(len(set(s.page_table)) == len(s.page_table) for s in running), \
+        "a page twice in one page table"
+    if not bm.enable_prefix_caching:
+        assert all(n == 1 for n in refs.values()), "a page in two page tables without the cache"
+    assert all(bm.blocks[page].ref_count == n for page, n in refs.items()), "a wrong ref count"
+    assert all(b.ref_count >= 0 for b in bm.blocks), "a negative ref count"
+    assert not set(refs) & set(free), "a held page on the free queue (it could be handed out)"
+    assert len(refs) + len(free) == eng.num_pages, "pages lost or made up"
     assert all(not s.page_table for s in eng.sequences if s not in running), \
         "a request that is not running holds pages"
+    for h, page in bm.hash_to_block_id.items():     # the cache maps each hash to its one page
+        assert bm.blocks[page].hash == h
 
 
 def room_for_running(eng: LLMEngine) -> bool:
@@ -104,7 +127,8 @@ def test_scheduler_invariants(model, case):
     eng = LLMEngine(model, list(eos), kv_bytes(model, case["num_pages"], case["page_size"]),
                     page_size=case["page_size"], max_batch=case["max_batch"],
                     max_model_len=MAX_MODEL_LEN, policy=case["policy"],
-                    pad_finished=case["pad_finished"])
+                    pad_finished=case["pad_finished"],
+                    enable_prefix_caching=case["prefix_caching"])
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
     bound = sum(n for _, n in case["workload"])
@@ -117,6 +141,7 @@ def test_scheduler_invariants(model, case):
         assert eng.steps[-1].num_live >= 1 and eng.steps[-1].num_rows <= case["max_batch"]
         check_pages(eng)
     assert eng.block_manager.num_free == eng.num_pages
+    assert all(b.ref_count == 0 for b in eng.block_manager.blocks)
     for seq, (prompt, n), m in zip(seqs, case["workload"], min_tokens):
         assert seq.state is State.FINISHED and seq.page_table == []
         if case["eos_held_off"]:

@@ -66,7 +66,7 @@ dashboard: setup
 stop:
 	@if [ -x $(PY) ]; then $(PY) -m common.server stop; fi
 
-# Task 6's load against vLLM's own `vllm bench serve` on the same server (see README).
+# Task 6's load against vLLM's own `vllm bench serve` on the same server (docs/server.md).
 bench: setup
 	$(PY) benchmarks/cross_check.py
 

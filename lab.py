@@ -27,39 +27,18 @@ from pathlib import Path
 
 import summary
 from common import cli, html_report, memory, report, results, server, settings
+from common import steps as lab_steps
 
 SCRIPT = "lab_run"
-# Task 9 runs its own engines (its own, transformers', vLLM's in-process): the lab's server that
-# tasks 5-8 shared is stopped before it, so its ~2.2 GB is not charged to task 9's memory.
-OWN_ENGINE_STEPS = {"task_9_build_your_own_engine.py"}
 
 
-# --quick: the same steps on the same model with small workloads, so every script runs end to
-# end in about half the time (the test suite's end-to-end run). Its figures are a check that the
-# lab works, not measurements to compare: few tokens, mostly start-up.
-QUICK_ARGS = {"task_1_hf_baseline.py": ["--max-tokens", "10"],
-              "task_2_vllm_inference.py": ["--max-tokens", "10"],
-              "task_5_api_server.py": ["--max-tokens", "10"],
-              "task_6_multi_user_load.py": ["--users", "1,20", "--max-tokens", "10",
-                                            "--no-sequential"],
-              "task_7_tuning.py": ["--max-tokens", "10"],
-              "task_9_build_your_own_engine.py": ["--requests", "8", "--mean-output", "8"]}
+# Task 9 runs its own engines: the lab's server that tasks 5-8 shared is stopped before it.
+OWN_ENGINES = {step.script for step in lab_steps.STEPS if step.own_engines}
 
 
 def steps(port: int, quick: bool = False) -> list[list[str]]:
-    commands = [["verify_environment.py"], ["task_1_hf_baseline.py"],
-                ["task_2_vllm_inference.py"], ["task_3_kv_cache_problem.py"],
-                ["task_4_paged_attention.py"], ["task_5_api_server.py", "--port", str(port)],
-                ["task_6_multi_user_load.py", "--port", str(port)],
-                ["task_7_tuning.py", "--port", str(port)],
-                # the snapshot while 20 requests run, so it shows a batch, not an idle server;
-                # 20 tokens each keep 8 running for a few seconds (task 7 leaves max_num_seqs=8)
-                ["task_8_dashboard.py", "--once", "--load", "20", "--max-tokens", "20",
-                 "--server-port", str(port)],
-                ["task_9_build_your_own_engine.py"]]
-    if quick:   # a later flag wins: argparse keeps the last value
-        commands = [command + QUICK_ARGS.get(command[0], []) for command in commands]
-    return commands
+    """The command of every step of the lab, in order (common/steps.py: the one list)."""
+    return [step.command(port, quick) for step in lab_steps.STEPS]
 
 
 def parse_args(argv: list[str] | None):
@@ -71,6 +50,9 @@ def parse_args(argv: list[str] | None):
                              "that the lab runs, not figures to compare")
     # For the tests (not in --help): run only these steps, comma-separated: a script of the lab's
     # list runs with its usual arguments, any other path runs as it is (e.g. one that fails).
+    # --quick: the same steps on the same model with small workloads (each step's quick_args),
+    # so every script runs end to end in about half the time (the test suite's end-to-end run).
+    # Its figures are a check that the lab works, not measurements to compare.
     parser.add_argument("--steps", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -153,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     commands, done = chosen_steps(args.port, args.steps, args.quick), []
     try:
         for command in commands:
-            if command[0] in OWN_ENGINE_STEPS and server.stop_server(args.port):
+            if command[0] in OWN_ENGINES and server.stop_server(args.port):
                 print()   # a note's text is wrapped: a newline in it would become a space
                 report.note(f"Stopped the lab's vLLM server on :{args.port}: "
                             f"{command[0]} runs engines of its own.")
@@ -180,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
             Tee(sys.stdout, log)):
         summary.main(["--measure"])
     write_report(args.port)
-    if any(command[0] in OWN_ENGINE_STEPS for command in commands):
+    if any(command[0] in OWN_ENGINES for command in commands):
         report.note("The lab's vLLM server was stopped before task 9; `make dashboard` starts "
                     "one again for the live page.")
     else:
@@ -194,8 +176,7 @@ def write_report(port: int) -> None:
     """results/report.html from what the steps saved, every step of the lab in its order (a step
     not run says so); a page that cannot be written is one line, not a failed lab."""
     try:
-        names = [Path(command[0]).stem for command in steps(port)] + [summary.SCRIPT]
-        report.path_line("Report", html_report.write(names))
+        report.path_line("Report", html_report.write(lab_steps.report_names()))
     except OSError as e:
         report.note(f"Report: not written ({type(e).__name__}: {e})")
 

@@ -15,18 +15,10 @@ grader's `python summary.py` places the learner's results under the learner's ce
 """
 from __future__ import annotations
 
-import json
-import socket
-from dataclasses import asdict
-
-from common import cli, memory, report, results, settings
+from common import cli, figures, memory, report, results, settings, steps
 from common import roofline as rl
 
 SCRIPT = "summary"
-STEPS = ["verify_environment", "task_1_hf_baseline", "task_2_vllm_inference",
-         "task_3_kv_cache_problem", "task_4_paged_attention", "task_5_api_server",
-         "task_6_multi_user_load", "task_7_tuning", "task_8_dashboard",
-         "task_9_build_your_own_engine"]
 MEMORY_BUDGET_BYTES = 3.5e9   # the source ran in a 4 GB VM; the lab keeps 0.5 GB for the OS
 GB = 1e9
 
@@ -41,166 +33,43 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def load_all() -> dict[str, dict]:
-    return {step: r for step in STEPS + ["lab_run"] if (r := results.load(step)) is not None}
+def load_all() -> tuple[dict[str, results.Result], dict[str, str]]:
+    """Every step's saved result, typed (common.steps: the one list), and the lab's last run;
+    with, for each result this lab cannot read, its one line (run it again)."""
+    res, stale = {}, {}
+    for name in [step.name for step in steps.STEPS] + ["lab_run"]:
+        try:
+            record = results.load(name)
+        except results.StaleResult as e:
+            stale[name] = str(e)
+            continue
+        if record is not None:
+            res[name] = record
+    return res, stale
 
 
 # --- the section-10 table ---------------------------------------------------------------------
-def table_rows(res: dict[str, dict]) -> list[tuple[str, str, str]]:
-    """(step, what it showed, measured figure) for every step; a step not run says how to run it."""
-    def get(step, figure):
-        if step not in res:
-            return f"not run yet: python {step}.py"
-        try:
-            return figure(res[step])
-        except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
-            return f"incomplete result: rerun python {step}.py"   # e.g. from an older version
-
-    def tuning(r):
-        return " / ".join(f"{c['label'][0]} {c['throughput_tok_s']:.1f}" for c in r["configs"]) \
-            + " tok/s"
-
-    def dashboard(r):   # what task 8's snapshot showed: the batch, what waited, the KV cache
-        s, interval = r["snapshot"], r["last_interval"]
-        sent = f"{r['load']['sent']} sent: " if r.get("load") else ""
-        kv = "" if s["kv_usage"] is None else f", KV {100 * s['kv_usage']:.0f}%"
-        return (f"{sent}{s['running']} running, {s['waiting']} waiting, "
-                f"{interval['tokens_per_s']:.1f} tok/s{kv}")
-
-    def own_engine(r):   # task 9: continuous vs static on the same engine, engine vs vLLM
-        parts = [f"{r['correctness']['num_identical']}/{r['correctness']['num_prompts']} = HF"]
-        if "continuous_over_static" in r:
-            parts.append(f"{r['continuous_over_static']:.2f}x static")
-        if "engine_over_vllm" in r:
-            parts.append(f"{r['engine_over_vllm']:.2f}x vLLM")
-        return ", ".join(parts)
-
-    def peak(r):
-        top = max(r["levels"], key=lambda lv: lv["throughput_tok_s"])
-        return f"{top['users']} users {top['throughput_tok_s']:.1f} tok/s ({r['scaling_factor']:.1f}x)"
-
-    return [
-        ("0", "Environment check", get("verify_environment",
-                                       lambda r: f"{r['passed']}/{r['total']} passed")),
-        ("1", "HuggingFace baseline", get("task_1_hf_baseline",
-                                          lambda r: f"{r['tokens_per_s']:.1f} tok/s")),
-        ("2", "vLLM, one request", get("task_2_vllm_inference",
-                                         lambda r: f"{r['tokens_per_s']:.1f} tok/s ({r['speedup']:.1f}x)")),
-        ("3", "Contiguous KV allocation", get("task_3_kv_cache_problem",
-                                                    lambda r: f"utilisation {r['utilization_pct']}%")),
-        ("4", "PagedAttention", get("task_4_paged_attention",
-                                    lambda r: f"utilisation {r['paged']['utilization_pct']}%, "
-                                              f"users {r['users_ratio']}x")),
-        ("5", "OpenAI-compatible server", get("task_5_api_server",
-                                              lambda r: f"/v1/completions, "
-                                                        f"{r['raw_http']['latency_s']:.2f} s")),
-        ("6", "Concurrent users", get("task_6_multi_user_load", peak)),
-        ("7", "Parameter tuning", get("task_7_tuning", tuning)),
-        ("8", "Dashboard over /metrics", get("task_8_dashboard", dashboard)),
-        ("9", "Engine built from scratch", get("task_9_build_your_own_engine", own_engine)),
-    ]
+def table_rows(res: dict[str, results.Result], stale: dict[str, str] | None = None
+               ) -> list[tuple[str, str, str]]:
+    """(step, what it showed, measured figure) for every step, each built by its entry in
+    common/steps.py from its typed result; a step not run says how to run it, one this lab
+    cannot read says to run it again."""
+    stale = stale or {}
+    rows = []
+    for step in steps.STEPS:
+        if step.name in stale:
+            figure = f"older result: run {step.label} again"
+        elif step.name not in res:
+            figure = f"not run yet: python {step.script}"
+        else:
+            figure = step.row(res[step.name])
+        rows.append((step.number, step.title, figure))
+    return rows
 
 
-def what_ran(res: dict[str, dict]) -> list[tuple[str, str, list[str]]]:
+def what_ran(res: dict[str, results.Result]) -> list[tuple[str, str, list[str]]]:
     """(model, dtype, steps that ran it), the most common first; a lab should show one."""
-    runs: dict[tuple[str, str], list[str]] = {}
-    for step, r in res.items():
-        if r.get("model") and r.get("dtype"):
-            name = r["model"].rstrip("/").rsplit("/", 1)[-1]
-            runs.setdefault((name, r["dtype"]), []).append(step)
-    return sorted(((model, dtype, steps) for (model, dtype), steps in runs.items()),
-                  key=lambda run: -len(run[2]))
-
-
-# --- the roofline -------------------------------------------------------------------------------
-def roofline_inputs(res: dict[str, dict]) -> tuple[dict, str, int] | None:
-    """(model config, dtype, context) of the run that tasks 1, 2 and 6 measured, or None."""
-    t2 = res.get("task_2_vllm_inference") or res.get("task_1_hf_baseline")
-    if not t2 or not t2.get("model_path"):
-        return None
-    try:
-        with open(f"{t2['model_path']}/config.json") as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return None
-    # mean context while decoding: the prompt plus half the new tokens
-    context = t2["prompt_tokens"] + t2["generated_tokens"] // 2
-    return config, t2["dtype"], context
-
-
-def step_ms(level: dict) -> float:
-    """A load level's decode step: its measured TPOT (requests / tok/s where it is missing)."""
-    if level.get("mean_tpot_s"):
-        return 1000 * level["mean_tpot_s"]
-    return 1000 * level["users"] / level["throughput_tok_s"]
-
-
-def floor_batches(res: dict[str, dict]) -> list[int]:
-    """The batch sizes the measured steps ran: 1 (tasks 1, 2, task 6's one user) and task 6's
-    largest level."""
-    users = [lv["users"] for lv in res.get("task_6_multi_user_load", {}).get("levels", [])
-             if lv.get("throughput_tok_s")]
-    return sorted({1, max(users)}) if users else [1]
-
-
-def roofline(res: dict[str, dict], cost: rl.ModelCost, machine: rl.Machine, context: int,
-             floor: rl.KernelFloor | None = None) -> dict:
-    """Tasks 1, 2 and 6 placed under this machine's ceilings (every figure from the inputs), and,
-    with the kernel floor, every measured step on three rungs (rl.attribute_step).
-    Time per decode step: total time / generated tokens for one request; for the server, task 6's
-    measured time per output token (TPOT), which is the step time while a batch decodes."""
-    single = rl.ceiling(cost, machine, 1, context)
-    top = rl.compute_ceiling(cost, machine, context)
-    placed = {}
-    for step, label in (("task_1_hf_baseline", "HF, 1 request"),
-                        ("task_2_vllm_inference", "vLLM, 1 request")):
-        if res.get(step, {}).get("tokens_per_s"):
-            r = res[step]
-            tps = r["tokens_per_s"]
-            # the saved tok/s is rounded: the step from the unrounded time where it is saved
-            ms = (1000 * r["total_time_s"] / r["generated_tokens"]
-                  if r.get("total_time_s") and r.get("generated_tokens") else 1000 / tps)
-            placed[step] = {"label": label, "users": 1, "tokens_per_s": tps,
-                            "step_ms": ms, "step_from": "time / tokens",
-                            "pct_of_bandwidth_ceiling": 100 * tps / single["tokens_per_s"]}
-    levels = [lv for lv in res.get("task_6_multi_user_load", {}).get("levels", [])
-              if lv.get("throughput_tok_s")]
-    if levels:
-        lv = max(levels, key=lambda lv: lv["users"])
-        at_batch = rl.ceiling(cost, machine, lv["users"], context)
-        placed["task_6_multi_user_load"] = {
-            "label": f"server, {lv['users']} users", "users": lv["users"],
-            "tokens_per_s": lv["throughput_tok_s"],
-            "step_ms": step_ms(lv), "step_from": "measured TPOT",
-            "pct_of_compute_ceiling": 100 * lv["throughput_tok_s"] / top,
-            "roofline_at_users": at_batch,
-            "pct_of_roofline_at_users": 100 * lv["throughput_tok_s"] / at_batch["tokens_per_s"]}
-        one = min(levels, key=lambda lv: lv["users"])
-        if one["users"] == 1 and lv["users"] > 1:
-            placed["task_6_multi_user_load"]["one_user"] = {
-                "tokens_per_s": one["throughput_tok_s"], "step_ms": step_ms(one)}
-    steps = [(p["label"], p["users"], p["step_ms"]) for p in placed.values()]
-    six = placed.get("task_6_multi_user_load", {})
-    if "one_user" in six:
-        steps.insert(-1, ("server, 1 user", 1, six["one_user"]["step_ms"]))
-    rungs = []
-    if floor is not None and floor.covers(cost, {users for _, users, _ in steps}):
-        for label, users, ms in steps:
-            # the ceiling's step: one read of the weights (+ KV) or the batch's FLOPs at peak
-            ceiling_ms = 1000 * users / rl.ceiling(cost, machine, users, context)["tokens_per_s"]
-            rungs.append({"label": label, "users": users,
-                          **rl.attribute_step(ceiling_ms, 1000 * floor.step_s[users], ms)})
-    return {"kernel_floor": asdict(floor) if floor else None, "rungs": rungs,
-            "bandwidth_gb_s": machine.bandwidth_bytes_s / GB,
-            "matmul_gflop_s": {k: v / GB for k, v in machine.flops_s.items()},
-            "matmul_n": machine.matmul_n, "threads": machine.threads,
-            "dtype": cost.dtype, "context": context,
-            "num_params": cost.num_params, "weight_bytes": cost.weight_bytes,
-            "weight_read_ms": 1000 * cost.weight_bytes / machine.bandwidth_bytes_s,
-            "bytes_per_token": cost.bytes_per_token(context),
-            "flops_per_token": cost.flops_per_token(context),
-            "bandwidth_ceiling_tok_s": single["tokens_per_s"], "compute_ceiling_tok_s": top,
-            "ridge_batch": rl.ridge_batch(cost, machine, context), "placed": placed}
+    return results.what_ran({name: r.header for name, r in res.items()})
 
 
 def print_roofline(r: dict, measured: str) -> None:
@@ -310,41 +179,20 @@ def print_rungs(r: dict) -> None:
     report.paragraph(explain_rungs(r["rungs"]))
 
 
-def machine_figures(measure: bool, config: dict, dtype: str, batches: list[int]
-                    ) -> tuple[rl.Machine, rl.KernelFloor | None, str]:
-    """The machine's ceilings and the model's kernel floor: saved in results/machine.json
-    (measured once, on the machine the lab ran on), or measured here now and saved."""
-    saved = results.load("machine")
-    if saved and not measure:
-        machine = rl.Machine(saved["bandwidth_bytes_s"], saved["flops_s"], saved["threads"],
-                             saved.get("matmul_n"))
-        floor = saved.get("kernel_floor")
-        if floor:   # JSON keys are strings: the batch sizes back to numbers
-            floor = rl.KernelFloor(**floor | {"step_s": {int(b): t for b, t in
-                                                         floor["step_s"].items()}})
-        return machine, floor, (f"measured {saved['measured_at'][:16].replace('T', ' ')} on "
-                                f"{saved['host']}")
-    machine = rl.measure_machine(settings.num_cores())
-    floor = rl.measure_kernel_floor(config, dtype, settings.num_cores(), batches)
-    results.save("machine", asdict(machine) | {"kernel_floor": asdict(floor),
-                                                "host": socket.gethostname(),
-                                                "cpu": settings.cpu_model_name()})
-    return machine, floor, f"measured now on {socket.gethostname()}"
-
-
 # --- time and memory of the last `make lab` ---------------------------------------------------
-def print_lab_run(run: dict) -> None:
-    how = "`python lab.py --quick`" if run.get("quick") else "`make lab`"
-    report.section(f"LAST {how} ({run['measured_at'][:16].replace('T', ' ')})")
+def print_lab_run(run: results.LabRun) -> None:
+    how = "`python lab.py --quick`" if run.quick else "`make lab`"
+    report.section(f"LAST {how} ({run.measured_at[:16].replace('T', ' ')})")
     report.table(["Step", "Time (s)", "Peak mem (GB)", "Processes"],
-                 [(s["script"], f"{s['seconds']:.1f}", f"{s['peak_memory_bytes'] / GB:.2f}"
-                   + (" OVER" if s["peak_memory_bytes"] > MEMORY_BUDGET_BYTES else ""),
-                   s["peak_processes"]) for s in run["steps"]],
+                 [(s.script, f"{s.seconds:.1f}", f"{s.peak_memory_bytes / GB:.2f}"
+                   + (" OVER" if s.peak_memory_bytes > MEMORY_BUDGET_BYTES else ""),
+                   s.peak_processes) for s in run.steps],
                  widths=[32, 9, 14, 10])   # the longest script name fits on one line
-    report.row("Total time (min)", f"{run['total_seconds'] / 60:.1f}"
-               + (" (--quick: small workloads)" if run.get("quick") else ""))
-    worst = max(run["steps"], key=lambda s: s["peak_memory_bytes"])
-    report.row("Largest peak (GB)", f"{worst['peak_memory_bytes'] / GB:.2f} ({worst['script']})")
+    report.row("Total time (min)", f"{run.total_seconds / 60:.1f}"
+               + (" (--quick: small workloads)" if run.quick else ""))
+    if run.steps:
+        worst = max(run.steps, key=lambda s: s.peak_memory_bytes)
+        report.row("Largest peak (GB)", f"{worst.peak_memory_bytes / GB:.2f} ({worst.script})")
     report.row("Budget (GB)", f"{MEMORY_BUDGET_BYTES / GB:.1f} (the source ran in a 4 GB VM)")
     report.paragraph("Peak memory = PSS of the script, its children and the lab's vLLM server "
                      "(API server, engine core holding the worker, multiprocessing's resource "
@@ -352,62 +200,79 @@ def print_lab_run(run: dict) -> None:
                      f"sampled every {memory.SAMPLE_INTERVAL_S:g} s.")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    res = load_all()
-    report.title("Summary: the vLLM lab, step by step")
+def print_what_ran(res: dict[str, results.Result]) -> dict:
+    """The model, dtype, machine and dates the results were measured with; returns them."""
     runs = what_ran(res)
-    dates = sorted(r["measured_at"] for r in res.values() if "measured_at" in r)
     if runs:
         report.row("Model, dtype", f"{runs[0][0]}, {runs[0][1]}")
-        for model, dtype, steps in runs[1:]:
-            report.note(f"  NOTE: {', '.join(steps)} ran {model}, {dtype}")
-    machine = res.get("verify_environment", {}).get("machine")
+        for model, dtype, names in runs[1:]:
+            report.note(f"  NOTE: {', '.join(names)} ran {model}, {dtype}")
+    check = res.get("verify_environment")
+    machine = check.machine if check else None
     if machine:   # the machine the lab ran on, which need not be the one printing this
         report.row("Cores (threads)", machine["cores"])
         report.row("CPU", machine["cpu"])
     else:
         report.row("Cores (threads)", f"{settings.num_cores()} (this machine)")
         report.row("CPU", f"{settings.cpu_model_name()} (this machine)")
+    dates = sorted(r.measured_at for r in res.values() if r.measured_at)
     if dates:
-        report.row("Measured", f"{dates[0][:16].replace('T', ' ')} to {dates[-1][:16].replace('T', ' ')}")
+        report.row("Measured", f"{dates[0][:16].replace('T', ' ')} to "
+                               f"{dates[-1][:16].replace('T', ' ')}")
     report.row("Results", settings.results_dir())
+    return {"model": runs[0][0] if runs else None, "dtype": runs[0][1] if runs else None,
+            "cores": machine["cores"] if machine else settings.num_cores()}
 
+
+def print_table(res: dict[str, results.Result], stale: dict[str, str]) -> list[dict]:
     report.section("WHAT EACH STEP SHOWED (source, section 10)")
-    rows = table_rows(res)
+    rows = table_rows(res, stale)
     report.table(["Step", "What it showed", "Measured"], rows, widths=[5, 26, 34],
                  align_left=(0, 1, 2))
-    data = {"rows": [{"step": s, "what": w, "figure": f} for s, w, f in rows],
-            "model": runs[0][0] if runs else None, "dtype": runs[0][1] if runs else None,
-            "cores": machine["cores"] if machine else settings.num_cores()}
-    try:
-        report.note(f"Single request: {res['task_2_vllm_inference']['speedup']:.1f}x. "
-                    f"Concurrent requests: {res['task_6_multi_user_load']['scaling_factor']:.1f}x. "
-                    "Same engine, two faces.")
-    except (KeyError, TypeError, ValueError):
-        pass   # one of the two is not run yet: the table says so
+    for line in stale.values():
+        report.note(f"NOTE: {line}")
+    two, six = res.get("task_2_vllm_inference"), res.get("task_6_multi_user_load")
+    if two and six and two.speedup is not None:   # else one is not run yet: the table says so
+        report.note(f"Single request: {two.speedup:.1f}x. Concurrent requests: "
+                    f"{six.scaling_factor:.1f}x. Same engine, two faces.")
+    return [{"step": s, "what": w, "figure": f} for s, w, f in rows]
 
-    inputs = roofline_inputs(res)
-    if not args.no_roofline and inputs:
-        config, dtype, context = inputs
-        cost = rl.model_cost(config, dtype, settings.DTYPE_BYTES[dtype])
-        machine, floor, measured = machine_figures(args.measure, config, dtype,
-                                                   floor_batches(res))
-        data["roofline"] = roofline(res, cost, machine, context, floor)
-        print_roofline(data["roofline"], measured)
-    elif not args.no_roofline:
+
+def roofline_section(res: dict[str, results.Result], measure: bool) -> dict | None:
+    """The roofline of this machine with tasks 1, 2 and 6 under it, printed; None without the
+    inputs (task 1 or 2's result and its model's config.json)."""
+    inputs = rl.roofline_inputs(res)
+    if not inputs:
         print()
         report.note("Roofline: needs task 1 or 2's saved result and the config.json of the "
                     "model it ran (a local folder); run them first.")
+        return None
+    config, dtype, context = inputs
+    cost = rl.model_cost(config, dtype)
+    found = rl.machine_figures(config, dtype, rl.floor_batches(res), settings.num_cores(),
+                               measure=measure, save=True)
+    placed = rl.place(res, cost, found.machine, context, found.floor)
+    print_roofline(placed, found.source)
+    return placed
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    res, stale = load_all()
+    report.title("Summary: the vLLM lab, step by step")
+    data = print_what_ran(res)
+    data["rows"] = print_table(res, stale)
+    if not args.no_roofline and (placed := roofline_section(res, args.measure)):
+        data["roofline"] = placed
     if "lab_run" in res:
         print_lab_run(res["lab_run"])
-        data["lab_run"] = res["lab_run"]
+        data["lab_run"] = res["lab_run"].to_dict()
     report.insight([
         "vLLM's value is not one fast request: it packs more requests into the same KV memory "
         "(PagedAttention) and runs them as one batch (continuous batching)",
         "A tok/s figure without its concurrency tells half the story",
     ])
-    report.saved(results.save(SCRIPT, data))
+    figures.saved(results.save(SCRIPT, data))
     return data
 
 

@@ -8,7 +8,7 @@ the generated tokens, the total time and tokens per second, and saves them for t
 """
 from __future__ import annotations
 
-from common import cli, engine, report, results, settings
+from common import cli, engine, figures, report, results, settings
 
 SCRIPT = "task_1_hf_baseline"
 
@@ -49,13 +49,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"{20 * gen.total_time_s:.0f} s for the last answer ({gen.total_time_s:.2f} s each)",
     ])
 
-    data = {"model": model.name, "model_source": model.source, "model_path": model.path,
-            "dtype": dtype.dtype, "dtype_reason": dtype.reason, "threads": gen.threads,
-            "settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
+    header = results.RunHeader.of(model, dtype, gen.threads)
+    data = {"settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
                          "temperature": settings.TEMPERATURE, "seed": settings.SEED},
             **gen.to_dict()}
-    report.saved(results.save(SCRIPT, data))
-    return data
+    figures.saved(results.save(SCRIPT, header, results.HFBaseline.from_dict(data)))
+    return header.__dict__ | data
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ how much of the reservation each one wastes, the memory utilisation, how many us
 """
 from __future__ import annotations
 
-import sys
-
-from common import cli, engine, kv, report, results, settings
+from common import cli, figures, kv, report, results, settings
 
 SCRIPT = "task_3_kv_cache_problem"
 
@@ -27,33 +25,21 @@ def parse_args(argv: list[str] | None):
     return args
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
-    num_requests = len(args.lengths)
-
-    report.title("Task 3: The KV Cache Problem - Why Memory Matters")
-    report.row("Pre-allocated per request", f"{args.max_len} token slots")
-    report.row("Concurrent requests", num_requests)
-
+def print_requests(args, contiguous: kv.AllocationSummary) -> None:
     report.section("SIMULATING CONTIGUOUS ALLOCATION")
     report.note(f"(Each request gets {args.max_len} token slots, regardless of actual usage)")
     for i, (name, a) in enumerate(zip(args.names, contiguous.allocations), start=1):
         report.note(f"Request {i} ({name}): {a.num_used}/{a.num_allocated} used "
                     f"({a.waste_pct:.1f}% wasted)", indent=2)
         report.note(report.bar(a.num_used, a.num_allocated), indent=4)
-
     report.section("SUMMARY")
     report.row("Total allocated", f"{contiguous.num_allocated} token slots")
     report.row("Total actually used", f"{contiguous.num_used} token slots")
     report.row("Memory utilization", f"{contiguous.utilization_pct:.1f}%")
     report.row("Overall waste", f"{contiguous.waste_pct:.1f}%")
 
-    # Users that fit: contiguous reserves max_len each; with no waste, each user needs only the
-    # mean of what the requests really use, in whole slots (519 // 5 = 103 for the source's five).
-    mean_used = kv.mean_slots(contiguous.num_used, num_requests)
-    users_contiguous = kv.users_that_fit(args.total_slots, args.max_len)
-    users_ideal = kv.users_that_fit(args.total_slots, mean_used)
+
+def print_users(args, mean_used: int, users_contiguous: int, users_ideal: int) -> None:
     report.section("CONCURRENT USER IMPACT")
     report.note(f"With {args.total_slots} total memory slots:", indent=2)
     report.note(f"- Contiguous allocation: {users_contiguous} users max "
@@ -64,41 +50,52 @@ def main(argv: list[str] | None = None) -> dict:
         report.note(f"- You are serving {users_ideal / users_contiguous:.1f}x fewer users "
                     f"than possible!", indent=2)
 
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
-    model_kv = kv.ModelKV.from_config(engine.load_config(model.path), dtype.dtype, dtype.num_bytes)
-    in_bytes = report.kv_bytes_section(
-        model, model_kv, settings.KV_CACHE_BYTES,
+
+    contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
+    # Users that fit: contiguous reserves max_len each; with no waste, each user needs only the
+    # mean of what the requests really use, in whole slots (519 // 5 = 103 for the source's five).
+    mean_used = kv.mean_slots(contiguous.num_used, len(args.lengths))
+    users_contiguous = kv.users_that_fit(args.total_slots, args.max_len)
+    users_ideal = kv.users_that_fit(args.total_slots, mean_used)
+    in_bytes = kv.kv_bytes(
+        kv.ModelKV.from_folder(model.path, dtype.dtype), settings.KV_CACHE_BYTES,
+        settings.BLOCK_SIZE, settings.MAX_MODEL_LEN,
         slots=[("Allocated", contiguous.num_allocated), ("Used", contiguous.num_used),
                ("Wasted", contiguous.num_allocated - contiguous.num_used)],
         users=[(f"Contiguous ({args.max_len} each)", args.max_len),
                (f"Ideal ({mean_used} each)", mean_used)])
 
+    report.title("Task 3: The KV Cache Problem - Why Memory Matters")
+    report.row("Pre-allocated per request", f"{args.max_len} token slots")
+    report.row("Concurrent requests", len(args.lengths))
+    print_requests(args, contiguous)
+    print_users(args, mean_used, users_contiguous, users_ideal)
+    report.kv_bytes_section(model, in_bytes)
     report.insight([
         "Contiguous allocation reserves the worst case for every request",
         f"Here {contiguous.waste_pct:.1f}% of the reserved KV memory holds nothing",
         "The waste caps how many users fit, not how fast each one is served",
     ])
 
-    data = {
-        "model": model.name, "model_source": model.source, "dtype": dtype.dtype,
-        "settings": {"lengths": args.lengths, "max_len": args.max_len,
-                     "total_slots": args.total_slots},
-        "requests": [{"name": n, "used": a.num_used, "allocated": a.num_allocated,
-                      "waste_pct": round(a.waste_pct, 1)}
-                     for n, a in zip(args.names, contiguous.allocations)],
-        "total_allocated": contiguous.num_allocated,
-        "total_used": contiguous.num_used,
-        "utilization_pct": round(contiguous.utilization_pct, 1),
-        "waste_pct": round(contiguous.waste_pct, 1),
-        "mean_used_slots": mean_used,
-        "users_contiguous": users_contiguous,
-        "users_ideal": users_ideal,
-        "in_bytes": in_bytes,
-    }
-    report.saved(results.save(SCRIPT, data))
-    return data
+    data = results.ContiguousKV(
+        utilization_pct=round(contiguous.utilization_pct, 1), extra={
+            "settings": {"lengths": args.lengths, "max_len": args.max_len,
+                         "total_slots": args.total_slots},
+            "requests": [{"name": n, "used": a.num_used, "allocated": a.num_allocated,
+                          "waste_pct": round(a.waste_pct, 1)}
+                         for n, a in zip(args.names, contiguous.allocations)],
+            "total_allocated": contiguous.num_allocated, "total_used": contiguous.num_used,
+            "waste_pct": round(contiguous.waste_pct, 1), "mean_used_slots": mean_used,
+            "users_contiguous": users_contiguous, "users_ideal": users_ideal,
+            "in_bytes": in_bytes.to_dict()})
+    figures.saved(results.save(SCRIPT, results.RunHeader.of(model, dtype), data))
+    return data.to_dict()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(main)

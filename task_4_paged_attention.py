@@ -14,9 +14,7 @@ users that fit, and the bytes for the model the lab runs.
 """
 from __future__ import annotations
 
-import sys
-
-from common import cli, engine, kv, report, results, settings
+from common import cli, figures, kv, report, results, settings
 
 SCRIPT = "task_4_paged_attention"
 
@@ -32,20 +30,13 @@ def parse_args(argv: list[str] | None):
     return args
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    num_requests = len(args.lengths)
-    contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
-    # The pool: the memory contiguous allocation reserves for ONE request, cut into pages.
-    num_pool_pages = kv.cdiv(args.max_len, args.page_size)
-    paged = kv.run_paged(args.lengths, args.names, args.page_size, num_pool_pages)
-
+def print_pages(args, paged: kv.PagedRun) -> None:
     report.title("Task 4: PagedAttention - vLLM's Solution")
     report.row("Page size", f"{args.page_size} tokens per page")
     report.row("Contiguous allocation", f"{args.max_len} slots per request (worst case)")
-    report.row("Page pool", f"{num_pool_pages} pages = {num_pool_pages * args.page_size} slots")
+    report.row("Page pool", f"{paged.num_pool_pages} pages = "
+                            f"{paged.num_pool_pages * args.page_size} slots")
     report.note("(what contiguous allocation reserves for ONE request)", indent=2)
-
     report.section("PAGED ALLOCATION (like vLLM's PagedAttention)")
     for i, (seq, a, step) in enumerate(zip(paged.sequences, paged.summary.allocations,
                                            paged.finish_steps), start=1):
@@ -57,27 +48,23 @@ def main(argv: list[str] | None = None) -> dict:
                     f"step {step}", indent=4)
     report.section("THE PAGE POOL, STEP BY STEP")
     report.row("Pages per request, summed", paged.summary.num_allocated // args.page_size)
-    report.row("Most in use at once (peak)", f"{paged.num_pages_peak} of {num_pool_pages}")
+    report.row("Most in use at once (peak)", f"{paged.num_pages_peak} of {paged.num_pool_pages}")
     report.row("Handed out again after a free", paged.num_pages_reused)
     report.row("Requests preempted", f"{paged.num_preempted} (pool full: the newest gave its "
                                      f"pages back and started over)" if paged.num_preempted
                else "0 (the pool never ran out)")
-    report.row("Free after the last finished", f"{paged.num_free_after} of {num_pool_pages}")
+    report.row("Free after the last finished", f"{paged.num_free_after} of {paged.num_pool_pages}")
 
+
+def print_comparison(args, contiguous: kv.AllocationSummary, paged: kv.PagedRun,
+                     mean_paged: int, users_contiguous: int, users_paged: int) -> None:
     report.section("SIDE-BY-SIDE COMPARISON")
     rows = [(name, f"{s.num_allocated} slots", f"{s.num_used} slots", f"{s.utilization_pct:.1f}%")
             for name, s in (("Contiguous", contiguous), ("Paged", paged.summary))]
     report.table(["Method", "Total Allocated", "Total Used", "Utilization"], rows,
                  widths=[12, 18, 14, 13])
-    saved = contiguous.num_allocated - paged.summary.num_allocated
-    memory_ratio = contiguous.num_allocated / paged.summary.num_allocated
-    report.note(f"Memory saved: {saved} slots ({memory_ratio:.1f}x less memory)")
-
-    # Users that fit: contiguous reserves max_len each; paged needs the mean of the pages it
-    # really handed out, in whole slots (544 // 5 = 108 for the source's five requests).
-    mean_paged = kv.mean_slots(paged.summary.num_allocated, num_requests)
-    users_contiguous = kv.users_that_fit(args.total_slots, args.max_len)
-    users_paged = kv.users_that_fit(args.total_slots, mean_paged)
+    report.note(f"Memory saved: {contiguous.num_allocated - paged.summary.num_allocated} slots "
+                f"({contiguous.num_allocated / paged.summary.num_allocated:.1f}x less memory)")
     report.section("CONCURRENT USER IMPACT")
     report.note(f"With {args.total_slots} total memory slots:", indent=2)
     report.note(f"- Contiguous: {users_contiguous} concurrent users "
@@ -87,57 +74,79 @@ def main(argv: list[str] | None = None) -> dict:
     if users_contiguous:
         report.note(f"- Improvement: {users_paged / users_contiguous:.1f}x more users!", indent=2)
 
-    model = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    model_kv = kv.ModelKV.from_config(engine.load_config(model.path), dtype.dtype, dtype.num_bytes)
-    in_bytes = report.kv_bytes_section(
-        model, model_kv, settings.KV_CACHE_BYTES,
-        slots=[("Contiguous allocated", contiguous.num_allocated),
-               ("Paged allocated", paged.summary.num_allocated),
-               ("Memory saved", saved)],
-        users=[(f"Contiguous ({args.max_len} each)", args.max_len),
-               (f"Paged ({mean_paged} each)", mean_paged)])
 
+def insights(contiguous: kv.AllocationSummary, paged: kv.PagedRun) -> list[str]:
     pool_line = (f"Requests finish at different times: at most {paged.num_pages_peak} of the "
-                 f"{num_pool_pages}-page pool were in use at once, and {paged.num_pages_reused} "
-                 f"freed pages went to requests still growing")
+                 f"{paged.num_pool_pages}-page pool were in use at once, and "
+                 f"{paged.num_pages_reused} freed pages went to requests still growing")
     if paged.num_preempted:
         pool_line += (f"; the pool filled up {paged.num_preempted} time(s), and a request had to "
                       f"start over")
-    report.insight([
-        f"Paging raises utilisation from {contiguous.utilization_pct:.1f}% to "
-        f"{paged.summary.utilization_pct:.1f}%: waste is under one page per request",
-        "Pages are handed out as tokens arrive and need not be contiguous (see the page ids)",
-        pool_line,
-    ])
+    return [f"Paging raises utilisation from {contiguous.utilization_pct:.1f}% to "
+            f"{paged.summary.utilization_pct:.1f}%: waste is under one page per request",
+            "Pages are handed out as tokens arrive and need not be contiguous (see the page ids)",
+            pool_line]
 
-    data = {
-        "model": model.name, "model_source": model.source, "dtype": dtype.dtype,
-        "settings": {"lengths": args.lengths, "max_len": args.max_len,
-                     "page_size": args.page_size, "total_slots": args.total_slots},
-        "requests": [{"name": s.name, "tokens": s.num_tokens, "pages": len(s.page_table),
-                      "page_ids": s.page_table, "allocated": a.num_allocated,
-                      "waste_pct": round(a.waste_pct, 1), "finish_step": step}
-                     for s, a, step in zip(paged.sequences, paged.summary.allocations,
-                                           paged.finish_steps)],
-        "contiguous": {"allocated": contiguous.num_allocated, "used": contiguous.num_used,
-                       "utilization_pct": round(contiguous.utilization_pct, 1)},
-        "paged": {"allocated": paged.summary.num_allocated, "used": paged.summary.num_used,
-                  "utilization_pct": round(paged.summary.utilization_pct, 1),
-                  "pool_pages": num_pool_pages, "peak_pages": paged.num_pages_peak,
-                  "reused_pages": paged.num_pages_reused, "preempted": paged.num_preempted,
-                  "free_pages_after": paged.num_free_after},
-        "slots_saved": saved,
-        "memory_ratio": round(memory_ratio, 1),
-        "mean_paged_slots": mean_paged,
-        "users_contiguous": users_contiguous,
-        "users_paged": users_paged,
-        "users_ratio": round(users_paged / users_contiguous, 1) if users_contiguous else None,
-        "in_bytes": in_bytes,
-    }
-    report.saved(results.save(SCRIPT, data))
-    return data
+
+def result(args, contiguous: kv.AllocationSummary, paged: kv.PagedRun, mean_paged: int,
+           users_contiguous: int, users_paged: int, in_bytes: kv.KVBytes) -> results.PagedKV:
+    """What task 4 saves (the figure of the pool reads its requests' page ids)."""
+    saved = contiguous.num_allocated - paged.summary.num_allocated
+    return results.PagedKV(
+        paged=results.PagedFigures(
+            utilization_pct=round(paged.summary.utilization_pct, 1), extra={
+                "allocated": paged.summary.num_allocated, "used": paged.summary.num_used,
+                "pool_pages": paged.num_pool_pages, "peak_pages": paged.num_pages_peak,
+                "reused_pages": paged.num_pages_reused, "preempted": paged.num_preempted,
+                "free_pages_after": paged.num_free_after}),
+        users_ratio=round(users_paged / users_contiguous, 1) if users_contiguous else None,
+        extra={"settings": {"lengths": args.lengths, "max_len": args.max_len,
+                            "page_size": args.page_size, "total_slots": args.total_slots},
+               "requests": [{"name": s.name, "tokens": s.num_tokens, "pages": len(s.page_table),
+                             "page_ids": s.page_table, "allocated": a.num_allocated,
+                             "waste_pct": round(a.waste_pct, 1), "finish_step": step}
+                            for s, a, step in zip(paged.sequences, paged.summary.allocations,
+                                                  paged.finish_steps)],
+               "contiguous": {"allocated": contiguous.num_allocated, "used": contiguous.num_used,
+                              "utilization_pct": round(contiguous.utilization_pct, 1)},
+               "slots_saved": saved,
+               "memory_ratio": round(contiguous.num_allocated / paged.summary.num_allocated, 1),
+               "mean_paged_slots": mean_paged, "users_contiguous": users_contiguous,
+               "users_paged": users_paged, "in_bytes": in_bytes.to_dict()})
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    model = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+
+    contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
+    # The pool: the memory contiguous allocation reserves for ONE request, cut into pages.
+    paged = kv.run_paged(args.lengths, args.names, args.page_size,
+                         kv.cdiv(args.max_len, args.page_size))
+    # Users that fit: contiguous reserves max_len each; paged needs the mean of the pages it
+    # really handed out, in whole slots (544 // 5 = 108 for the source's five requests).
+    mean_paged = kv.mean_slots(paged.summary.num_allocated, len(args.lengths))
+    users_contiguous = kv.users_that_fit(args.total_slots, args.max_len)
+    users_paged = kv.users_that_fit(args.total_slots, mean_paged)
+    in_bytes = kv.kv_bytes(
+        kv.ModelKV.from_folder(model.path, dtype.dtype), settings.KV_CACHE_BYTES,
+        settings.BLOCK_SIZE, settings.MAX_MODEL_LEN,
+        slots=[("Contiguous allocated", contiguous.num_allocated),
+               ("Paged allocated", paged.summary.num_allocated),
+               ("Memory saved", contiguous.num_allocated - paged.summary.num_allocated)],
+        users=[(f"Contiguous ({args.max_len} each)", args.max_len),
+               (f"Paged ({mean_paged} each)", mean_paged)])
+
+    print_pages(args, paged)
+    print_comparison(args, contiguous, paged, mean_paged, users_contiguous, users_paged)
+    report.kv_bytes_section(model, in_bytes)
+    report.insight(insights(contiguous, paged))
+
+    data = result(args, contiguous, paged, mean_paged, users_contiguous, users_paged, in_bytes)
+    figures.saved(results.save(SCRIPT, results.RunHeader.of(model, dtype), data))
+    return data.to_dict()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli.run(main)

@@ -15,7 +15,7 @@ import time
 
 import requests
 
-from common import cli, report, results, settings
+from common import cli, figures, report, results, settings
 from common.load import completion_payload
 
 SCRIPT = "task_5_api_server"
@@ -72,12 +72,10 @@ def send_openai(base_url: str, model: str, prompt: str, max_tokens: int) -> dict
             "completion_tokens": completion.usage.completion_tokens}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    report.title("Task 5: vLLM OpenAI-Compatible API Server")
-    srv, model, dtype = cli.lab_server(args)
+def print_server(srv, model, dtype, prompt: str) -> None:
+    """Which server answers (started, reused or external), with what, for which prompt."""
     report.row("Server URL", srv.base_url)
-    shown = args.prompt if len(args.prompt) <= 80 else args.prompt[:77] + "..."
+    shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."
     report.row("Prompt", f'"{shown}"')
     if srv.state == "external":
         report.row("Model", srv.model_name)
@@ -87,6 +85,14 @@ def main(argv: list[str] | None = None) -> dict:
         report.row("Server", f"{srv.state} (PID {srv.pid}), log: {srv.log_path}")
         if srv.startup_s is not None:
             report.row("Ready after (s)", f"{srv.startup_s:.1f}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    report.title("Task 5: vLLM OpenAI-Compatible API Server")
+    srv, model, dtype = cli.lab_server(args.base_url, args.model, args.dtype, host=args.host,
+                                       port=args.port)
+    print_server(srv, model, dtype, args.prompt)
 
     report.section("SENDING REQUEST")
     report.row("Endpoint", f"{srv.base_url}/v1/completions")
@@ -109,16 +115,15 @@ def main(argv: list[str] | None = None) -> dict:
         "Any app using the OpenAI SDK works with vLLM: the client above changed only base_url",
         "The same JSON over plain HTTP gets the same kind of answer: no SDK needed either",
     ])
-    data = {"model": srv.model_name, "model_source": model.source if model else "external",
-            "dtype": dtype.dtype if dtype else None, "threads": settings.num_cores(),
-            "base_url": srv.base_url, "server_state": srv.state,
+    header = results.RunHeader.of(model, dtype, settings.num_cores(), srv.model_name)
+    data = {"base_url": srv.base_url, "server_state": srv.state,
             "startup_s": round(srv.startup_s, 2) if srv.startup_s is not None else None,
             "settings": {"prompt": args.prompt, "max_tokens": args.max_tokens,
                          "temperature": settings.TEMPERATURE,
                          "server": srv.config.describe() if srv.config else None},
             "raw_http": raw, "openai_client": sdk}
-    report.saved(results.save(SCRIPT, data))
-    return data
+    figures.saved(results.save(SCRIPT, header, results.ApiServer.from_dict(data)))
+    return header.__dict__ | data
 
 
 if __name__ == "__main__":

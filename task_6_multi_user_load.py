@@ -11,7 +11,7 @@ took one after another against all at once (both measured).
 """
 from __future__ import annotations
 
-from common import cli, load, report, results, settings
+from common import cli, figures, load, report, results, settings
 
 SCRIPT = "task_6_multi_user_load"
 
@@ -112,10 +112,46 @@ def print_levels(levels: list[load.LevelResult]) -> None:
             report.note(f"{lv.num_users} users, failed: {error}", indent=2)
 
 
+def print_scaling(levels: list[load.LevelResult]) -> float:
+    """Peak throughput over the first level's, and each level's speed per user; returns the
+    scaling factor (0 when the first level made no tokens)."""
+    base, peak = levels[0], max(levels, key=lambda lv: lv.throughput)
+    scaling = peak.throughput / base.throughput if base.throughput else 0.0
+    report.section("SCALING ANALYSIS")
+    report.row(f"Baseline ({base.num_users} user(s))", f"{base.throughput:.1f} tok/s")
+    report.row(f"Peak ({peak.num_users} users)", f"{peak.throughput:.1f} tok/s")
+    report.row("Scaling factor", f"{scaling:.1f}x throughput improvement" if base.throughput
+               else "- (the first level made no tokens)")
+    report.note("Per-user effective speed (throughput / users):")
+    for lv in levels:
+        tpot = f"{1000 * lv.latency_stat('tpot_s'):.0f} ms" if lv.ok else "-"
+        report.note(f"{lv.num_users:>4} users: {lv.throughput / lv.num_users:6.1f} tok/s each, "
+                    f"time per output token {tpot}", indent=2)
+    return scaling
+
+
+def run_sequential(srv, levels: list[load.LevelResult], max_tokens: int
+                   ) -> load.LevelResult | None:
+    """The largest group's requests one after another (None for a group of one)."""
+    largest = max(levels, key=lambda lv: lv.num_users)
+    if largest.num_users <= 1:
+        return None
+    print(f"  Sending the {largest.num_users} requests one after another...", flush=True)
+    sequential = load.run_level(srv.base_url, srv.model_name,
+                                load.user_prompts(largest.num_users), max_tokens,
+                                concurrent=False)
+    report.note(f"{largest.num_users} users one after another took {sequential.duration_s:.1f} s "
+                f"(the last waited that long); together they took {largest.duration_s:.1f} s "
+                f"({sequential.duration_s / largest.duration_s:.1f}x sooner), "
+                f"{len(sequential.ok)}/{sequential.num_users} ok. Both measured.")
+    return sequential
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     report.title("Task 6: Multi-User Throughput Under Load")
-    srv, model, dtype = cli.lab_server(args)
+    srv, model, dtype = cli.lab_server(args.base_url, args.model, args.dtype, host=args.host,
+                                       port=args.port)
     if model:
         report.run_info(model, dtype, settings.num_cores(), Engine=srv.config.describe())
     report.row("Server", f"{srv.base_url} ({srv.state})")
@@ -129,46 +165,22 @@ def main(argv: list[str] | None = None) -> dict:
     levels = run_levels(srv, args.users, args.max_tokens)
     print_levels(levels)
 
-    base, peak = levels[0], max(levels, key=lambda lv: lv.throughput)
-    scaling = peak.throughput / base.throughput if base.throughput else 0.0
-    report.section("SCALING ANALYSIS")
-    report.row(f"Baseline ({base.num_users} user(s))", f"{base.throughput:.1f} tok/s")
-    report.row(f"Peak ({peak.num_users} users)", f"{peak.throughput:.1f} tok/s")
-    report.row("Scaling factor", f"{scaling:.1f}x throughput improvement" if base.throughput
-               else "- (the first level made no tokens)")
-    report.note("Per-user effective speed (throughput / users):")
-    for lv in levels:
-        tpot = f"{1000 * lv.latency_stat('tpot_s'):.0f} ms" if lv.ok else "-"
-        report.note(f"{lv.num_users:>4} users: {lv.throughput / lv.num_users:6.1f} tok/s each, "
-                    f"time per output token {tpot}", indent=2)
-
-    sequential = None
-    largest = max(levels, key=lambda lv: lv.num_users)
-    if not args.no_sequential and largest.num_users > 1:
-        print(f"  Sending the {largest.num_users} requests one after another...", flush=True)
-        sequential = load.run_level(srv.base_url, srv.model_name,
-                                    load.user_prompts(largest.num_users), args.max_tokens,
-                                    concurrent=False)
-        report.note(f"{largest.num_users} users one after another took {sequential.duration_s:.1f} s "
-                    f"(the last waited that long); together they took {largest.duration_s:.1f} s "
-                    f"({sequential.duration_s / largest.duration_s:.1f}x sooner), "
-                    f"{len(sequential.ok)}/{sequential.num_users} ok. Both measured.")
+    scaling = print_scaling(levels)
+    sequential = None if args.no_sequential else run_sequential(srv, levels, args.max_tokens)
 
     report.insight(insights(levels, sequential))
-    data = {"model": srv.model_name, "model_source": model.source if model else "external",
-            "dtype": dtype.dtype if dtype else None, "threads": settings.num_cores(),
-            "base_url": srv.base_url, "server_state": srv.state,
+    header = results.RunHeader.of(model, dtype, settings.num_cores(), srv.model_name)
+    data = {"base_url": srv.base_url, "server_state": srv.state,
             "settings": {"users": args.users, "max_tokens": args.max_tokens,
                          "temperature": settings.TEMPERATURE,
                          "server": srv.config.describe() if srv.config else None},
             "levels": [lv.summary() for lv in levels],
             "scaling_factor": round(scaling, 2),
             "sequential": sequential.summary() if sequential else None}
-    report.saved(results.save(SCRIPT, data))
-    num_failed = sum(lv.num_failed for lv in levels) + (sequential.num_failed if sequential else 0)
-    if num_failed:   # the report above counts them; the exit code tells a script or CI
-        cli.fail(f"{num_failed} request(s) failed (see the report above)", code=1)
-    return data
+    figures.saved(results.save(SCRIPT, header, results.MultiUserLoad.from_dict(data)))
+    cli.fail_if_any_failed(sum(lv.num_failed for lv in levels)
+                           + (sequential.num_failed if sequential else 0))
+    return header.__dict__ | data
 
 
 if __name__ == "__main__":

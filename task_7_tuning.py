@@ -18,9 +18,9 @@ with the last config.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from common import cli, kv, load, metrics, report, results, settings
+from common import cli, figures, kv, load, metrics, report, results, settings
 
 SCRIPT = "task_7_tuning"
 
@@ -30,6 +30,38 @@ class TuningConfig:
     label: str
     max_model_len: int
     max_num_seqs: int
+
+
+@dataclass(frozen=True)
+class ConfigRun:
+    """One config's run: its KV cache and batch as the engine reported them on /metrics, and
+    the load's figures (load.LevelResult.summary(), saved as they are)."""
+    config: TuningConfig
+    throughput_tok_s: float
+    kv_max_concurrency: float          # requests of max_model_len the KV cache holds at once
+    kv_blocks: int | None = None       # None: an engine that does not export its block count
+    kv_block_size: int | None = None
+    peak_running: int = 0              # most requests seen running / waiting during the load
+    peak_waiting: int = 0
+    mean_latency_s: float | None = None
+    succeeded: int = 0
+    failed: int = 0
+    server_state: str = ""
+    startup_s: float | None = None
+    metrics_samples: int = 0
+    load: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.config.label
+
+    def to_dict(self) -> dict:
+        return {"label": self.config.label, "max_model_len": self.config.max_model_len,
+                "max_num_seqs": self.config.max_num_seqs, "server_state": self.server_state,
+                "startup_s": self.startup_s, "kv_blocks": self.kv_blocks,
+                "kv_block_size": self.kv_block_size, "kv_max_concurrency": self.kv_max_concurrency,
+                "peak_running": self.peak_running, "peak_waiting": self.peak_waiting,
+                "metrics_samples": self.metrics_samples, **self.load}
 
 
 CONFIGS = [TuningConfig("A: Default", 128, 256),
@@ -76,10 +108,11 @@ def _int_label(labels: dict, name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def benchmark(args, config: TuningConfig) -> dict:
+def benchmark(args, config: TuningConfig) -> ConfigRun:
     report.section(f"CONFIG {config.label}")
-    srv, model, dtype = cli.lab_server(args, max_num_seqs=config.max_num_seqs,
-                                       max_model_len=config.max_model_len)
+    srv, _, _ = cli.lab_server(None, args.model, args.dtype, host=args.host, port=args.port,
+                               max_num_seqs=config.max_num_seqs,
+                               max_model_len=config.max_model_len)
     restart = f"{srv.state}, ready after {srv.startup_s:.1f} s" if srv.startup_s else srv.state
     report.row("Server", f"{srv.config.describe()}")
     report.row("  state", restart)
@@ -109,46 +142,45 @@ def benchmark(args, config: TuningConfig) -> dict:
                                           f"waiting")
     report.note(f"(the most seen in {sampler.num_samples} reads of /metrics during the load)",
                 indent=2)
-    return {"label": config.label, "max_model_len": config.max_model_len,
-            "max_num_seqs": config.max_num_seqs, "server_state": srv.state,
-            "startup_s": round(srv.startup_s, 2) if srv.startup_s else None,
-            "kv_blocks": num_blocks, "kv_block_size": block_size,
-            "kv_max_concurrency": max_concurrency,
-            "peak_running": sampler.max_running, "peak_waiting": sampler.max_waiting,
-            "metrics_samples": sampler.num_samples, **level.summary(),
-            "model": model.name, "model_source": model.source, "dtype": dtype.dtype}
+    summary = level.summary()
+    return ConfigRun(config, summary["throughput_tok_s"], max_concurrency, num_blocks, block_size,
+                     sampler.max_running, sampler.max_waiting, summary["mean_latency_s"],
+                     summary["succeeded"], summary["failed"], srv.state,
+                     round(srv.startup_s, 2) if srv.startup_s else None, sampler.num_samples,
+                     summary)
 
 
-def insights(rows: list[dict], num_requests: int) -> list[str]:
+def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
     """The KEY INSIGHT lines, each from what configs A, B and C measured."""
     a, b, c = rows
-    if b["kv_max_concurrency"] > a["kv_max_concurrency"]:
-        context = (f"max_model_len sets the KV memory per request: {a['max_model_len']} -> "
-                   f"{b['max_model_len']} tokens took the engine from "
-                   f"{a['kv_max_concurrency']:.0f}x to {b['kv_max_concurrency']:.0f}x requests "
+    len_a, len_b = a.config.max_model_len, b.config.max_model_len
+    if b.kv_max_concurrency > a.kv_max_concurrency:
+        context = (f"max_model_len sets the KV memory per request: {len_a} -> "
+                   f"{len_b} tokens took the engine from "
+                   f"{a.kv_max_concurrency:.0f}x to {b.kv_max_concurrency:.0f}x requests "
                    f"at once")
     else:   # blocks of max_model_len or more (settings.BLOCK_SIZE; vLLM's CPU default is 128)
-        block = b["kv_block_size"]
+        block = b.kv_block_size
         context = (f"max_model_len sets the KV memory per request in whole {block}-token blocks: "
-                   f"{b['max_model_len']} tokens hold {kv.cdiv(b['max_model_len'], block)} "
-                   f"block(s), {a['max_model_len']} tokens {kv.cdiv(a['max_model_len'], block)}, "
-                   f"so B fits {b['kv_max_concurrency']:.0f}x requests at once, A "
-                   f"{a['kv_max_concurrency']:.0f}x")
-    if c["peak_waiting"]:
-        batch = (f"max_num_seqs caps the batch: with max_num_seqs={c['max_num_seqs']}, "
-                 f"{c['peak_running']} ran and {c['peak_waiting']} waited; "
-                 f"{c['throughput_tok_s']:.1f} tok/s against B's {b['throughput_tok_s']:.1f} "
-                 f"(max_num_seqs={b['max_num_seqs']})")
+                   f"{len_b} tokens hold {kv.cdiv(len_b, block)} "
+                   f"block(s), {len_a} tokens {kv.cdiv(len_a, block)}, "
+                   f"so B fits {b.kv_max_concurrency:.0f}x requests at once, A "
+                   f"{a.kv_max_concurrency:.0f}x")
+    if c.peak_waiting:
+        batch = (f"max_num_seqs caps the batch: with max_num_seqs={c.config.max_num_seqs}, "
+                 f"{c.peak_running} ran and {c.peak_waiting} waited; "
+                 f"{c.throughput_tok_s:.1f} tok/s against B's {b.throughput_tok_s:.1f} "
+                 f"(max_num_seqs={b.config.max_num_seqs})")
     else:
-        batch = (f"max_num_seqs={c['max_num_seqs']} capped nothing here: at most "
-                 f"{c['peak_running']} of the {num_requests} requests ran at once and none was "
+        batch = (f"max_num_seqs={c.config.max_num_seqs} capped nothing here: at most "
+                 f"{c.peak_running} of the {num_requests} requests ran at once and none was "
                  f"seen waiting")
-    if c["kv_blocks"] is None:   # an engine that does not export its block count
+    if c.kv_blocks is None:   # an engine that does not export its block count
         return [context, batch]
-    same = c["kv_blocks"] == b["kv_blocks"]
+    same = c.kv_blocks == b.kv_blocks
     memory = (f"max_num_seqs divides no memory: C's KV cache is "
-              f"{'the same ' if same else ''}{c['kv_blocks']} blocks"
-              + ("" if same else f" against B's {b['kv_blocks']}")
+              f"{'the same ' if same else ''}{c.kv_blocks} blocks"
+              + ("" if same else f" against B's {b.kv_blocks}")
               + "; it only caps how many requests one engine step serves")
     return [context, batch, memory]
 
@@ -168,29 +200,26 @@ def main(argv: list[str] | None = None) -> dict:
 
     report.section("CONFIGURATION COMPARISON")
     report.table(["Cfg", "len", "seqs", "blocks", "conc.", "run/wait", "tok/s", "Lat(s)", "OK"],
-                 [(r["label"][0], r["max_model_len"], r["max_num_seqs"],
-                   r["kv_blocks"] if r["kv_blocks"] is not None else "-",
-                   f"{r['kv_max_concurrency']:.0f}x", f"{r['peak_running']}/{r['peak_waiting']}",
-                   f"{r['throughput_tok_s']:.1f}",
-                   "-" if r["mean_latency_s"] is None else f"{r['mean_latency_s']:.2f}",
-                   f"{r['succeeded']}/{args.requests}") for r in rows],
+                 [(r.label[0], r.config.max_model_len, r.config.max_num_seqs,
+                   r.kv_blocks if r.kv_blocks is not None else "-",
+                   f"{r.kv_max_concurrency:.0f}x", f"{r.peak_running}/{r.peak_waiting}",
+                   f"{r.throughput_tok_s:.1f}",
+                   "-" if r.mean_latency_s is None else f"{r.mean_latency_s:.2f}",
+                   f"{r.succeeded}/{args.requests}") for r in rows],
                  widths=[4, 5, 6, 7, 7, 9, 8, 8, 7])
     report.note(f"len = max_model_len, seqs = max_num_seqs, blocks = KV blocks of "
-                f"{rows[0]['kv_block_size']} tokens, conc. = max concurrency at len, run/wait = "
+                f"{rows[0].kv_block_size} tokens, conc. = max concurrency at len, run/wait = "
                 f"peak requests running/waiting, Lat = mean latency")
     report.note(f"Server left running with config {CONFIGS[-1].label} on :{args.port}; "
                 f"`make stop` stops it (task 5 restarts the default).")
     report.insight(insights(rows, args.requests))
-    data = {"model": model.name, "model_source": model.source, "dtype": dtype.dtype,
-            "threads": settings.num_cores(),
-            "settings": {"requests": args.requests, "max_tokens": args.max_tokens,
+    data = {"settings": {"requests": args.requests, "max_tokens": args.max_tokens,
                          "kv_cache_memory_bytes": settings.KV_CACHE_BYTES},
-            "configs": rows}
-    report.saved(results.save(SCRIPT, data))
-    num_failed = sum(r["failed"] for r in rows)
-    if num_failed:   # the report above counts them; the exit code tells a script or CI
-        cli.fail(f"{num_failed} request(s) failed (see the report above)", code=1)
-    return data
+            "configs": [r.to_dict() for r in rows]}
+    header = results.RunHeader.of(model, dtype, settings.num_cores())
+    figures.saved(results.save(SCRIPT, header, results.Tuning.from_dict(data)))
+    cli.fail_if_any_failed(sum(r.failed for r in rows))
+    return header.__dict__ | data
 
 
 if __name__ == "__main__":

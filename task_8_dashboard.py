@@ -24,7 +24,7 @@ import time
 
 import requests
 
-from common import cli, metrics, monitor, report, results, server, settings
+from common import cli, figures, metrics, monitor, report, results, server, settings
 
 SCRIPT = "task_8_dashboard"
 
@@ -58,7 +58,6 @@ def parse_args(argv: list[str] | None):
                        help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
     group.add_argument("--keep-server", action="store_true",
                        help="leave a server this run started running on exit")
-    parser.set_defaults(host="127.0.0.1")   # the lab's vLLM server itself stays on this machine
     args = parser.parse_args(argv)
     if not 0.2 <= args.interval <= 10:
         parser.error("--interval must be between 0.2 and 10 seconds")
@@ -74,7 +73,7 @@ def watched_server(args):
         running = server.running_server(args.port)
         if running is not None:
             return running, None, None
-    return cli.lab_server(args)
+    return cli.lab_server(args.base_url, args.model, args.dtype, port=args.port)
 
 
 def print_header(srv, model, dtype, snap: metrics.Snapshot, cache_labels: dict) -> None:
@@ -237,9 +236,11 @@ def main(argv: list[str] | None = None) -> dict:
         text, first = read_metrics(srv)
         cache_labels = metrics.info_labels(text, "vllm:cache_config_info")
         print_header(srv, model, dtype, first, cache_labels)
-        data = {"model": srv.model_name, "model_source": model.source if model else None,
-                "dtype": dtype.dtype if dtype else (srv.config.dtype if srv.config else None),
-                "threads": settings.num_cores(), "base_url": srv.base_url,
+        header = results.RunHeader(
+            srv.model_name, model.source if model else None, model.path if model else None,
+            dtype.dtype if dtype else (srv.config.dtype if srv.config else None),
+            dtype.reason if dtype else None, settings.num_cores())
+        data = {"base_url": srv.base_url,
                 "server_state": srv.state,
                 "engine": srv.config.describe() if srv.config else None,
                 "cache_config": cache_labels}
@@ -250,11 +251,9 @@ def main(argv: list[str] | None = None) -> dict:
             report.insight(insight_lines(data["snapshot"],
                                          interval["tokens_per_s"] if interval else None,
                                          srv.config.max_num_seqs if srv.config else None))
-            report.saved(results.save(SCRIPT, data))
-            if data.get("load", {}).get("failed"):
-                cli.fail(f"{data['load']['failed']} request(s) of the load failed (see the "
-                         f"report above)", code=1)
-            return data
+            figures.saved(results.save(SCRIPT, header, results.Dashboard.from_dict(data)))
+            cli.fail_if_any_failed((data.get("load") or {}).get("failed", 0))
+            return header.__dict__ | data
         serve_dashboard(args, srv, data["cache_config"])
         return data
     finally:

@@ -10,10 +10,12 @@ It prints four parts:
    an exponential distribution, EOS held off so each request makes exactly its length): same
    engine, same batch cap. Static runs twice, with finished rows kept as padding (transformers'
    generate) and dropped, so the gain splits into padding removed and idle slots refilled.
-3. Against the real thing: the same workload through vLLM's LLM.generate (the lab's settings,
-   the same batch cap) and transformers' generate in static padded batches.
-4. Where the step time goes: the engine's phases at batch 1 and at the cap, beside the model's
-   matmuls timed alone (the kernel floor) and one read of the weights at the memory bandwidth.
+3. Where the step time goes: the engine's phases at batch 1 and at the cap, beside the model's
+   matmuls timed alone (the kernel floor) and one read of the weights at the memory bandwidth,
+   and the kernel each kind of linear layer chose when the model loaded.
+4. Against the real thing: the same workload through vLLM's LLM.generate (the lab's settings,
+   the same batch cap) and transformers' generate in static padded batches. The engine's model
+   and transformers' are freed first: vLLM's engine needs the memory.
 
     python task_9_build_your_own_engine.py [--requests 48] [--max-batch 16] [--mean-output 10]
         [--seed 0] [--page-size 16] [--kv-bytes 134217728] [--policy both] [--no-vllm]
@@ -24,11 +26,11 @@ from __future__ import annotations
 import gc
 import random
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 
 from common import cli, engine, figures, kv, load, report, results, settings
+from common.shape import ModelShape, torch_dtype
 from common import roofline as rl
 from mini_engine import LLMEngine, Llama
 from mini_engine.engine import PHASES, eos_token_ids
@@ -42,7 +44,7 @@ CHECK_PROMPTS = [
     "short paragraph that a ten year old child could follow:",
 ]
 CHECK_TOKENS = 16
-PHASE_TOKENS = 24    # part 4: the batch-1 run whose decode steps are timed
+PHASE_TOKENS = 24    # part 3: the batch-1 run whose decode steps are timed
 PHASE_LABELS = {"matmul": "matmuls (linear layers)", "attention": "attention (paged)",
                 "forward_other": "rest of the forward", "sampling": "sampling",
                 "scheduling": "scheduling"}
@@ -71,7 +73,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--policy", choices=("both", "continuous", "static"), default="both",
                        help="which batching to run (default both, compared)")
     group.add_argument("--no-vllm", action="store_true",
-                       help="skip part 3 (vLLM and transformers on the same workload)")
+                       help="skip part 4 (vLLM and transformers on the same workload)")
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
     if settings.MAX_MODEL_LEN % args.page_size:
@@ -174,7 +176,7 @@ def run_policy(model: Llama, eos_ids, workload: list[Request], args, label: str,
         eng.scheduler.num_preemptions), eng
 
 
-# --- part 3: the real thing ------------------------------------------------------------------
+# --- part 4: the real thing ------------------------------------------------------------------
 def run_hf_static(hf_model, tokenizer, workload: list[Request], max_batch: int) -> dict:
     """transformers' generate in static batches of max_batch, left-padded; every row runs to the
     batch's longest output, only each request's own tokens count."""
@@ -218,7 +220,7 @@ def run_vllm(model_path: str, dtype: str, workload: list[Request], max_batch: in
             "block_size": capacity.block_size, "num_blocks": capacity.num_blocks}
 
 
-# --- part 4: where the step time goes --------------------------------------------------------
+# --- part 3: where the step time goes --------------------------------------------------------
 def mean_phases(steps) -> dict:
     """Mean seconds per phase (and per step) over these steps."""
     return {**{p: statistics.mean(s.phases[p] for s in steps) for p in PHASES},
@@ -241,17 +243,17 @@ def phase_split(model: Llama, eos_ids, workload: list[Request], cont_engine: LLM
 
 def machine_figures(model: Llama, dtype: str, batches: list[int]) -> dict:
     """Bandwidth (results/machine.json when saved, else measured now) and the kernel floor of
-    the model's own weight shapes at these batch sizes (measured now, a few seconds)."""
-    threads = settings.num_cores()
-    saved = results.load("machine")
-    bandwidth = saved["bandwidth_bytes_s"] if saved else \
-        rl.measure_bandwidth(threads)
-    cost = rl.model_cost(model.config, dtype, settings.DTYPE_BYTES[dtype])
-    floor = rl.measure_kernel_floor(model.config, dtype, threads, batches)
-    return {"bandwidth_bytes_s": bandwidth, "weight_bytes": cost.weight_bytes,
-            "weight_read_s": cost.weight_bytes / bandwidth,
-            "bandwidth_from": "results/machine.json" if saved else "measured now",
-            "kernel_floor_s": {str(b): s for b, s in floor.step_s.items()}}
+    the model's own weight shapes at these batch sizes (saved, or measured now: a few seconds),
+    through the lab's one loader of the machine's figures (common.roofline)."""
+    found = rl.machine_figures(model.config, dtype, batches, settings.num_cores(),
+                               measure_floor=True)
+    bandwidth = found.machine.bandwidth_bytes_s
+    weight_bytes = rl.model_cost(model.config, dtype).weight_bytes
+    return {"bandwidth_bytes_s": bandwidth, "weight_bytes": weight_bytes,
+            "weight_read_s": weight_bytes / bandwidth,
+            "bandwidth_from": ("measured now" if found.source.startswith("measured now")
+                               else "results/machine.json"),
+            "kernel_floor_s": {str(b): found.floor.step_s[b] for b in batches}}
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -292,7 +294,7 @@ def print_policies(runs: list[PolicyRun], args, workload: list[Request]) -> None
 
 
 def print_real_thing(ours: PolicyRun, vllm: dict | None, hf: dict | None, args) -> None:
-    report.section("3. AGAINST THE REAL THING (same workload, same cap)")
+    report.section("4. AGAINST THE REAL THING (same workload, same cap)")
     rows = [(f"mini_engine, {ours.label}", f"{ours.tokens_per_s:.1f}", f"{ours.seconds:.1f}")]
     if vllm:
         rows.append(("vLLM LLM.generate", f"{vllm['tokens_per_s']:.1f}", f"{vllm['seconds']:.1f}"))
@@ -306,7 +308,7 @@ def print_real_thing(ours: PolicyRun, vllm: dict | None, hf: dict | None, args) 
 
 
 def print_phases(split: dict, machine: dict) -> None:
-    report.section("4. WHERE THE STEP TIME GOES (decode steps, ms)")
+    report.section("3. WHERE THE STEP TIME GOES (decode steps, ms)")
     batches = list(split)
     report.table(["Phase", *(f"batch {b}" for b in batches)],
                  [*((PHASE_LABELS[p], *(f"{1000 * split[b][p]:.1f}" for b in batches))
@@ -412,20 +414,57 @@ def kernel_choice(split: dict, machine: dict, choices: dict) -> str:
             "kernel floor through F.linear")
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    model_choice = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    config = engine.load_config(model_choice.path)
-    for name in ("float32", dtype.dtype):   # the budget must hold one full request
-        bpt = kv.ModelKV.from_config(config, name, settings.DTYPE_BYTES[name]).bytes_per_token
-        need = kv.cdiv(settings.MAX_MODEL_LEN, args.page_size) * args.page_size * bpt
+def check_budget(args, model_path: str, dtype: str) -> None:
+    """--kv-bytes must hold one request of max_model_len in whole pages (fp32 for part 1, the
+    lab's dtype for the rest), else one line and exit 2."""
+    model_shape = ModelShape.from_folder(model_path)
+    for name in ("float32", dtype):
+        need = (kv.cdiv(settings.MAX_MODEL_LEN, args.page_size) * args.page_size
+                * model_shape.kv_bytes_per_token(name))
         if args.kv_bytes < need:
             cli.fail(f"--kv-bytes {args.kv_bytes:,} cannot hold one request of "
                      f"{settings.MAX_MODEL_LEN} tokens ({need:,} B in {name})")
 
+
+def load_models(model_path: str, dtype: str, batch_sizes) -> tuple[Llama, object]:
+    """The engine's model and transformers' in this dtype (the linear layers' kernels are
+    measured at batch_sizes as the engine's model loads)."""
+    from transformers import AutoModelForCausalLM
+
+    return (Llama(model_path, dtype, batch_sizes),
+            AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype)).eval())
+
+
+def run_policies(model: Llama, eos_ids, workload: list[Request], args, progress
+                 ) -> tuple[dict[str, PolicyRun], dict[str, LLMEngine]]:
+    """Part 2: the workload under each batching policy asked for, on the same engine."""
+    plans = {"static": [("static", "static", True), ("static no-pad", "static", False)],
+             "continuous": [("continuous", "continuous", True)]}
+    runs, engines = {}, {}
+    for label, policy, pad in [p for k, v in plans.items() if args.policy in (k, "both")
+                               for p in v]:
+        progress(f"Part 2: {label} batching...")
+        runs[label], engines[label] = run_policy(model, eos_ids, workload, args, label, policy,
+                                                 pad)
+    return runs, engines
+
+
+def progress_clock():
+    """A progress printer: one line per part, with the time since it was made."""
+    start = time.perf_counter()
+
+    def progress(text: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
+    return progress
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    model_choice = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+    check_budget(args, model_choice.path, dtype.dtype)
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     torch.set_num_threads(settings.num_cores())
     report.title("Task 9: Build the Engine Yourself")
@@ -434,63 +473,62 @@ def main(argv: list[str] | None = None) -> dict:
                            f"KV {args.kv_bytes:,} B, pages of {args.page_size}, "
                            f"batch cap {args.max_batch}")
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
-    eos_ids = eos_token_ids(model_choice.path)
-
-    start = time.perf_counter()
-
-    def progress(text: str) -> None:   # one line per part, with the time since the start
-        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
+    eos_ids, progress = eos_token_ids(model_choice.path), progress_clock()
 
     progress("Part 1: the engine against transformers, greedy...")
     batch_sizes = (1, args.max_batch)   # the linear layers' kernels are measured at these
-    model = Llama(model_choice.path, "float32", batch_sizes)
-    hf_model = AutoModelForCausalLM.from_pretrained(model_choice.path, dtype=torch.float32).eval()
+    model, hf_model = load_models(model_choice.path, "float32", batch_sizes)
     correct = check_correctness(model, eos_ids, hf_model, tokenizer, args)
     if dtype.dtype != "float32":   # parts 2-4 run the lab's dtype
-        model = Llama(model_choice.path, dtype.dtype, batch_sizes)
-        hf_model = AutoModelForCausalLM.from_pretrained(
-            model_choice.path, dtype=engine.torch_dtype(dtype.dtype)).eval()
-
+        model, hf_model = load_models(model_choice.path, dtype.dtype, batch_sizes)
     workload = make_workload(tokenizer, args.requests, args.mean_output, args.seed)
-    plans = {"static": [("static", "static", True), ("static no-pad", "static", False)],
-             "continuous": [("continuous", "continuous", True)]}
-    runs, cont_engine, timelines = {}, None, {}
-    for label, policy, pad in [p for k, v in plans.items() if args.policy in (k, "both") for p in v]:
-        progress(f"Part 2: {label} batching...")
-        runs[label], eng = run_policy(model, eos_ids, workload, args, label, policy, pad)
-        cont_engine = eng if policy == "continuous" else cont_engine
-        timelines[label] = figures.timeline_record(eng.steps)   # the batching timeline's data
+    runs, engines = run_policies(model, eos_ids, workload, args, progress)
+    timelines = {label: figures.timeline_record(e.steps) for label, e in engines.items()}
     best = runs.get("continuous") or runs["static"]
-
-    choices = linear_choices(model)
-    progress("Part 4: timing the phases of a step...")
-    split = phase_split(model, eos_ids, workload, cont_engine or eng, args)
+    progress("Part 3: timing the phases of a step...")
+    choices, split = linear_choices(model), phase_split(model, eos_ids, workload,
+                                                        engines[best.label], args)
     machine = machine_figures(model, dtype.dtype, [int(b) for b in split])
-
     vllm = hf = None
     if not args.no_vllm:
-        progress("Part 3: transformers' generate, static batches...")
+        progress("Part 4: transformers' generate, static batches...")
         hf = run_hf_static(hf_model, tokenizer, workload, args.max_batch)
-        del hf_model, model
+        del hf_model, model, engines   # vLLM's engine needs the memory they hold
         gc.collect()
-        progress("Part 3: vLLM's LLM.generate...")
+        progress("Part 4: vLLM's LLM.generate...")
         vllm = run_vllm(model_choice.path, dtype.dtype, workload, args.max_batch)
     progress("done")
 
+    print_report(correct, runs, best, vllm, hf, split, machine, choices, args, workload)
+    data = result(args, correct, runs, best, vllm, hf, split, machine, choices, workload,
+                  timelines)
+    header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
+    figures.saved(results.save(SCRIPT, header, results.OwnEngine.from_dict(data)))
+    return header.__dict__ | data
+
+
+def print_report(correct: dict, runs: dict, best: PolicyRun, vllm: dict | None,
+                 hf: dict | None, split: dict, machine: dict, choices: dict, args,
+                 workload: list[Request]) -> None:
+    """The four parts in their order, then the insight chosen from them."""
     print_correctness(correct)
     print_policies(list(runs.values()), args, workload)
     if "static" in runs and "continuous" in runs:
-        report.row("Continuous / static", f"{runs['continuous'].tokens_per_s / runs['static'].tokens_per_s:.2f}x tokens/s")
-    if not args.no_vllm:
-        print_real_thing(best, vllm, hf, args)
+        report.row("Continuous / static",
+                   f"{runs['continuous'].tokens_per_s / runs['static'].tokens_per_s:.2f}x "
+                   f"tokens/s")
     print_phases(split, machine)
     print_linear_choices(choices)
+    if not args.no_vllm:
+        print_real_thing(best, vllm, hf, args)
     report.insight(insights(correct, runs, best, vllm, split, machine, choices))
 
-    data = {"model": model_choice.name, "model_source": model_choice.source,
-            "model_path": model_choice.path, "dtype": dtype.dtype, "dtype_reason": dtype.reason,
-            "threads": torch.get_num_threads(),
-            "settings": {"requests": args.requests, "mean_output": args.mean_output,
+
+def result(args, correct: dict, runs: dict, best: PolicyRun, vllm: dict | None,
+           hf: dict | None, split: dict, machine: dict, choices: dict,
+           workload: list[Request], timelines: dict) -> dict:
+    """What task 9 saves (the batching timeline is drawn from its step records)."""
+    data = {"settings": {"requests": args.requests, "mean_output": args.mean_output,
                          "seed": args.seed, "max_batch": args.max_batch,
                          "page_size": args.page_size, "kv_bytes": args.kv_bytes,
                          "max_model_len": settings.MAX_MODEL_LEN, "policy": args.policy,
@@ -504,7 +542,6 @@ def main(argv: list[str] | None = None) -> dict:
         data["continuous_over_static"] = runs["continuous"].tokens_per_s / runs["static"].tokens_per_s
     if vllm:
         data["engine_over_vllm"] = best.tokens_per_s / vllm["tokens_per_s"]
-    report.saved(results.save(SCRIPT, data))
     return data
 
 

@@ -226,10 +226,12 @@ def main(argv: list[str] | None = None) -> dict:
     report.rule()
     report.note("All checks passed! Your environment is ready." if num_passed == 5 else
                 "Fix the FAIL lines above (each says how), then run this check again.")
+    header = results.RunHeader(model_info.pop("model", None), model_info.pop("model_source", None),
+                               model_info.pop("model_path", None), threads=machine["cores"])
     data = {"passed": num_passed, "total": 5, "checks": checks, "machine": machine, **KERNELS,
             **model_info}
-    results.save(SCRIPT, data)
-    return data
+    results.save(SCRIPT, header, results.EnvironmentCheck.from_dict(data))
+    return header.__dict__ | data
 
 
 def run_check(argv: list[str]) -> None:

@@ -18,7 +18,7 @@ from statistics import fmean
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import cli, load, report, results, settings  # noqa: E402
+from common import cli, figures, load, report, results, settings  # noqa: E402
 
 SCRIPT = "benchmark_cross_check"
 AGREEMENT = 0.20
@@ -44,6 +44,19 @@ def vllm_bench_serve(base_url: str, model: str, tokenizer: str, num_users: int, 
         return main(args)
 
 
+def print_side_by_side(ours, bench: dict) -> None:
+    rows = [("Successful requests", len(ours.ok), bench["completed"]),
+            ("Output tokens", ours.total_tokens, bench["total_output_tokens"]),
+            ("Duration (s)", f"{ours.duration_s:.2f}", f"{bench['duration']:.2f}"),
+            ("Output throughput (tok/s)", f"{ours.throughput:.1f}", f"{bench['output_throughput']:.1f}"),
+            ("Mean TTFT (ms)", f"{1000 * ours.latency_stat('ttft_s'):.0f}", f"{bench['mean_ttft_ms']:.0f}"),
+            ("Mean TPOT (ms)", f"{1000 * ours.latency_stat('tpot_s'):.1f}", f"{bench['mean_tpot_ms']:.1f}"),
+            ("Mean E2E latency (ms)", f"{1000 * ours.latency_stat('latency_s'):.0f}",
+             f"{bench['mean_e2el_ms']:.0f}")]
+    report.section("SIDE BY SIDE")
+    report.table(["Metric", "task 6 load", "vllm bench serve"], rows, widths=[28, 14, 18])
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_model_args(parser)
@@ -55,7 +68,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     report.title("Cross-check: task 6's load vs vllm bench serve")
-    srv, model, dtype = cli.lab_server(args)
+    srv, model, dtype = cli.lab_server(args.base_url, args.model, args.dtype, host=args.host,
+                                       port=args.port)
     tokenizer = args.tokenizer or (model.path if model else None)
     if tokenizer is None:
         cli.fail("--tokenizer is needed with --base-url (vllm bench serve counts tokens with it)")
@@ -74,32 +88,23 @@ def main(argv: list[str] | None = None) -> dict:
     bench = vllm_bench_serve(srv.base_url, srv.model_name, tokenizer, args.users, input_len,
                              args.max_tokens)
 
-    rows = [("Successful requests", len(ours.ok), bench["completed"]),
-            ("Output tokens", ours.total_tokens, bench["total_output_tokens"]),
-            ("Duration (s)", f"{ours.duration_s:.2f}", f"{bench['duration']:.2f}"),
-            ("Output throughput (tok/s)", f"{ours.throughput:.1f}", f"{bench['output_throughput']:.1f}"),
-            ("Mean TTFT (ms)", f"{1000 * ours.latency_stat('ttft_s'):.0f}", f"{bench['mean_ttft_ms']:.0f}"),
-            ("Mean TPOT (ms)", f"{1000 * ours.latency_stat('tpot_s'):.1f}", f"{bench['mean_tpot_ms']:.1f}"),
-            ("Mean E2E latency (ms)", f"{1000 * ours.latency_stat('latency_s'):.0f}",
-             f"{bench['mean_e2el_ms']:.0f}")]
-    report.section("SIDE BY SIDE")
-    report.table(["Metric", "task 6 load", "vllm bench serve"], rows, widths=[28, 14, 18])
+    print_side_by_side(ours, bench)
     diff = abs(ours.throughput - bench["output_throughput"]) / bench["output_throughput"]
     agree = diff <= AGREEMENT
     report.note(f"Output throughput differs by {100 * diff:.1f}% "
                 f"({'within' if agree else 'OUTSIDE'} the {100 * AGREEMENT:.0f}% agreement bound)")
-    data = {"model": srv.model_name, "dtype": dtype.dtype if dtype else None,
-            "threads": settings.num_cores(), "users": args.users, "max_tokens": args.max_tokens,
+    header = results.RunHeader.of(model, dtype, settings.num_cores(), srv.model_name)
+    data = {"users": args.users, "max_tokens": args.max_tokens,
             "input_len": input_len, "task6": ours.summary(),
             "vllm_bench_serve": {k: bench[k] for k in ("completed", "total_output_tokens", "duration",
                                                        "output_throughput", "mean_ttft_ms",
                                                        "mean_tpot_ms", "mean_e2el_ms")},
             "throughput_diff": round(diff, 3), "agree": agree}
-    report.saved(results.save(SCRIPT, data))
+    figures.saved(results.save(SCRIPT, header, data))
     if not agree:   # the report above shows both figures; the exit code tells a script or CI
         cli.fail(f"the two measurements differ by {100 * diff:.1f}%, more than "
                  f"{100 * AGREEMENT:.0f}%", code=1)
-    return data
+    return header.__dict__ | data
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import cli, engine, load, memory, metrics, report, results, server, settings  # noqa: E402
+from common import (cli, engine, figures, load, memory, metrics, report,  # noqa: E402
+                    results, server, settings)
 
 SCRIPT = "server_configs"
 NOISE = 0.10   # run-to-run noise of one 20-user level on the project's 2-core machines (issue 10)
@@ -163,7 +164,7 @@ def run_server(knob: Knob, model, dtype, args) -> ConfigResult:
                                  block_size=knob.block_size, env=env)
     result = ConfigResult(knob.name, knob.what, "ok")
     try:
-        srv = server.ensure_server(config)
+        srv = server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
         result.startup_s = srv.startup_s
         result.idle_pss_bytes, result.num_processes = memory.server_memory(srv.pid)
         cache = metrics.info_labels(metrics.fetch(srv.base_url), "vllm:cache_config")
@@ -305,10 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
             "settings": {"users": args.users, "max_tokens": args.max_tokens,
                          "block_size": settings.BLOCK_SIZE, "noise": NOISE},
             "configs": [asdict(r) for r in rows], "findings": lines}
-    report.saved(results.save(SCRIPT, data))
-    failed = [r.name for r in rows if r.status == "failed"]
-    if failed:
-        cli.fail(f"{', '.join(failed)} failed (see above)", code=1)
+    figures.saved(results.save(SCRIPT, data))
+    cli.fail_if_any_failed([r.name for r in rows if r.status == "failed"])
     return data
 
 

@@ -84,30 +84,30 @@ def check_prompt_fits(model_path: str, prompt: str, max_tokens: int,
              f"{num_prompt + max_tokens}, more than max_model_len {max_model_len}: shorten it")
 
 
-# Tasks 3-4: the source's five requests (name, tokens), the pre-allocation length, the memory.
-SOURCE_REQUESTS = [("Short question", 45), ("Medium paragraph", 128), ("Quick greeting", 23),
-                   ("Long document", 256), ("Code snippet", 67)]
-
-
 def add_kv_simulation_args(parser: argparse.ArgumentParser) -> None:
+    """Tasks 3-4's flags; their defaults are the source's data (common.kv)."""
+    from common import kv
+
     group = parser.add_argument_group("simulation")
     group.add_argument("--lengths", type=int_list,
-                       default=[n for _, n in SOURCE_REQUESTS],
+                       default=[n for _, n in kv.SOURCE_REQUESTS],
                        help="tokens each request really uses (default: the source's 45,128,23,256,67)")
-    group.add_argument("--max-len", type=positive_int, default=512,
-                       help="slots pre-allocated per request by contiguous allocation (default 512)")
-    group.add_argument("--total-slots", type=positive_int, default=10_000,
-                       help="token slots of memory for the concurrent-user estimate (default 10000)")
+    group.add_argument("--max-len", type=positive_int, default=kv.MAX_LEN,
+                       help=f"slots pre-allocated per request by contiguous allocation (default "
+                            f"{kv.MAX_LEN})")
+    group.add_argument("--total-slots", type=positive_int, default=kv.TOTAL_SLOTS,
+                       help=f"token slots of memory for the concurrent-user estimate (default "
+                            f"{kv.TOTAL_SLOTS})")
 
 
 def check_kv_simulation_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     """Lengths must fit in --max-len; returns the request names for the report."""
+    from common import kv
+
     too_long = [n for n in args.lengths if n > args.max_len]
     if too_long:
         parser.error(f"--lengths {too_long[0]} is longer than --max-len {args.max_len}")
-    if args.lengths == [n for _, n in SOURCE_REQUESTS]:
-        return [name for name, _ in SOURCE_REQUESTS]
-    return [f"{n} tokens" for n in args.lengths]
+    return kv.request_names(args.lengths)
 
 
 def add_server_args(parser: argparse.ArgumentParser) -> None:
@@ -122,19 +122,31 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                        help=f"port of the lab's server (default {settings.SERVER_PORT})")
 
 
-def lab_server(args: argparse.Namespace, max_num_seqs: int = 256,
-               max_model_len: int = settings.MAX_MODEL_LEN):
-    """(server, model, dtype): the --base-url server, or the lab's server with these settings
-    (started, reused or restarted). model and dtype are None for an external server."""
-    from common import server
+def lab_server(base_url: str | None, model_flag: str | None, dtype_flag: str = "auto", *,
+               host: str = "127.0.0.1", port: int = settings.SERVER_PORT,
+               max_num_seqs: int = 256, max_model_len: int = settings.MAX_MODEL_LEN):
+    """(server, model, dtype) from a script's server flags: the --base-url server, or the lab's
+    server (common.server.lab_server) for --model and --dtype with these settings, its progress
+    lines printed in the report; a model that cannot be found is one line and exit 2. model and
+    dtype are None for an external server."""
+    from common import report, server
 
-    if args.base_url:
-        return server.external_server(args.base_url), None, None
-    model = resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    config = server.ServerConfig(model.path, model.name, dtype.dtype, max_model_len=max_model_len,
-                                 max_num_seqs=max_num_seqs, host=args.host, port=args.port)
-    return server.ensure_server(config), model, dtype
+    if base_url:
+        return server.lab_server(base_url=base_url), None, None
+    model = resolve_model_or_fail(model_flag)
+    dtype = settings.resolve_dtype(dtype_flag)
+    srv = server.lab_server(model=model, dtype=dtype.dtype, host=host, port=port,
+                            max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                            progress=lambda line: report.note(line, indent=2))
+    return srv, model, dtype
+
+
+def fail_if_any_failed(failed: int | list[str]) -> None:
+    """Exit 1 when any request (a count) or run (its names) failed: the report above counts
+    them; the exit code tells a script or CI (tasks 6 and 7, benchmarks/server_configs.py)."""
+    if failed:
+        what = f"{failed} request(s)" if isinstance(failed, int) else ", ".join(failed)
+        fail(f"{what} failed (see the report above)", code=1)
 
 
 def run(main) -> None:

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from common import kv, settings
+from common.shape import torch_dtype
 
 WARMUP_TOKENS = 4
 
@@ -32,18 +33,6 @@ class Generation:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 2)}
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {"bfloat16": torch.bfloat16, "float32": torch.float32}[name]
-
-
-def load_config(model_path: str):
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(model_path)
 
 
 # --- HuggingFace transformers ----------------------------------------------------------------

@@ -6,10 +6,11 @@ figure plots is worked out by small functions of their own (timeline_grid, pool_
 roofline_curve, ...), which tests/test_figures.py checks on workloads worked out by hand: the
 matrix, never the pixels.
 
-FIGURES is the one registry: result name -> its figures. A script's `report.saved(path)` draws
-the figures of the result it just saved and prints `Figure: results/<name>.png`;
-common/html_report.py puts them on the report page. Adding a figure for a new task is one
-function here plus one entry in FIGURES.
+Which figures a result has is part of its step's entry in common/steps.py (the one list of the
+lab's steps): `figures=(("", draw), ("phases", draw_phases))` gives results/<name>.png and
+results/<name>_phases.png. A script's `figures.saved(path)` draws the figures of the result it
+just saved and prints `Figure: results/<name>.png` (through common.report);
+common/html_report.py puts them on the report page. Adding a figure for a new task is one function here plus its step's entry.
 
 Style: matplotlib's Agg backend (no display needed), the Okabe-Ito palette (told apart with
 every common colour-vision deficiency; Okabe & Ito, "Color Universal Design", 2008), 10 inches
@@ -18,11 +19,9 @@ Every figure has a title, axes with units, and a caption line: model, dtype, mac
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from common import settings
 
@@ -498,21 +497,7 @@ def roofline(res: dict):
     return _finish(fig, "Summary: the roofline of decoding on this machine", s)
 
 
-# --- the registry ----------------------------------------------------------------------------------
-Draw = Callable[[dict], object]
-
-# result name -> [(file suffix, figure)]: suffix "" is results/<name>.png, "phases"
-# results/<name>_phases.png. A new task's figure: one function above, one entry here.
-FIGURES: dict[str, list[tuple[str, Draw]]] = {
-    "task_3_kv_cache_problem": [("", reservations)],
-    "task_4_paged_attention": [("", pages)],
-    "task_6_multi_user_load": [("", load_levels)],
-    "task_7_tuning": [("", tuning)],
-    "task_9_build_your_own_engine": [("", batching_timeline), ("phases", step_phases)],
-    # "task_10_prefix_caching": [("", shared_pages)],   issue 18: the page tables of the first
-    #                                 requests, the pages they share in one colour
-    "summary": [("", roofline)],
-}
+# --- which figures a result has: common/steps.py (each step's `figures`) ------------------------
 
 
 def png_path(name: str, suffix: str = "") -> Path:
@@ -520,13 +505,19 @@ def png_path(name: str, suffix: str = "") -> Path:
 
 
 def load_results() -> dict[str, dict]:
-    """Every saved result, by name (a figure may read another step's, as the roofline does)."""
+    """Every saved result, by name, as saved (results.load_raw: the figures read the JSON the
+    grader sees; a figure may read another step's, as the roofline does). A broken file is left
+    out: its step's figure then says why it is not drawn."""
+    from common import results
+
     res = {}
     for path in sorted(settings.results_dir().glob("*.json")):
         try:
-            res[path.stem] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            pass
+            data = results.load_raw(path.stem)
+        except results.StaleResult:
+            continue
+        if data is not None:
+            res[path.stem] = data
     return res
 
 
@@ -534,11 +525,14 @@ def save_figures(name: str, res: dict | None = None) -> list[tuple[Path, str | N
     """Draw the figures of one result into PNGs beside it: [(path, None if drawn, else why
     not)]. A figure that cannot be drawn (a result from an older lab, a bug) is reported, never
     raised: the measurement is saved already, the picture is extra."""
-    if name not in FIGURES:
+    from common import steps   # steps.py imports this module for its figures' functions
+
+    entries = steps.figures_of(name)
+    if not entries:
         return []
     res = load_results() if res is None else res
     out = []
-    for suffix, draw in FIGURES[name] if name in res else []:
+    for suffix, draw in entries if name in res else []:
         path = png_path(name, suffix)
         try:
             fig = draw(res)
@@ -556,3 +550,11 @@ def save_figures(name: str, res: dict | None = None) -> list[tuple[Path, str | N
         finally:
             _plt().close(fig)
     return out
+
+
+def saved(path) -> None:
+    """After results.save: draw the figures of the result at path (its step's entry in
+    common/steps.py) and print 'Saved: ...' and one 'Figure: ...' line each (common.report)."""
+    from common import report
+
+    report.saved(path, save_figures(Path(path).stem))

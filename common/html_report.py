@@ -15,7 +15,7 @@ import base64
 import html
 from pathlib import Path
 
-from common import cli, figures, report, settings
+from common import cli, figures, report, results, settings
 
 PAGE = "report.html"
 STYLE = """
@@ -34,12 +34,10 @@ nav a { margin-right: 0.8em; white-space: nowrap; }
 
 
 def step_names() -> list[str]:
-    """The lab's steps, in order, as results name them: lab.py's list (the one list of steps),
-    then the summary. (Imported here, not at the top: lab.py imports this module.)"""
-    import lab
-    import summary
+    """The lab's steps, in order, as results name them, then the summary (common/steps.py)."""
+    from common import steps
 
-    return [Path(command[0]).stem for command in lab.steps(settings.SERVER_PORT)] + [summary.SCRIPT]
+    return steps.report_names()
 
 
 def report_text(name: str) -> str | None:
@@ -66,15 +64,13 @@ def image(path: Path) -> str:
 
 def header(res: dict[str, dict]) -> str:
     """The run at the top: machine, model and dtype, dates, the lab's own time."""
-    import summary
-
     rows = []
     machine = next((r for r in res.values() if figures.machine_of(r) != "machine not recorded"),
                    None)
     rows.append(("Machine", figures.machine_of(machine) if machine else
                  f"{settings.cpu_model_name()}, {settings.num_cores()} cores (this machine; "
                  f"the results do not say)"))
-    runs = summary.what_ran(res)
+    runs = results.what_ran({name: results.RunHeader.from_dict(r) for name, r in res.items()})
     if runs:
         rows.append(("Model, dtype", f"{runs[0][0]}, {runs[0][1]}"))
         rows += [("", f"NOTE: {', '.join(steps)} ran {model}, {dtype}")

@@ -1,14 +1,17 @@
-"""KV-cache arithmetic and the page allocator of tasks 3-4, plus the engine's capacity derived
-from the model config (task 2 checks it against what vLLM reports)."""
+"""KV-cache arithmetic and the data of tasks 3-4: the source's five requests, contiguous
+allocation, the page allocator, token slots in bytes for the model that runs, and the engine's
+capacity derived from the model config (task 2 checks it against what vLLM reports)."""
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
 
+from common.shape import DTYPE_BYTES, ModelShape
+
 
 @dataclass(frozen=True)
 class ModelKV:
-    """The shape of one token's KV cache, read from the model config."""
+    """The shape of one token's KV cache, from the model's shape (common.shape)."""
     num_layers: int
     num_kv_heads: int
     head_dim: int
@@ -16,11 +19,14 @@ class ModelKV:
     dtype_bytes: int
 
     @classmethod
-    def from_config(cls, config, dtype: str, dtype_bytes: int) -> "ModelKV":
-        head_dim = (getattr(config, "head_dim", None)
-                    or config.hidden_size // config.num_attention_heads)
-        num_kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        return cls(config.num_hidden_layers, num_kv_heads, head_dim, dtype, dtype_bytes)
+    def of(cls, model_shape: ModelShape, dtype: str) -> "ModelKV":
+        return cls(model_shape.num_layers, model_shape.num_kv_heads, model_shape.head_dim, dtype,
+                   DTYPE_BYTES[dtype])
+
+    @classmethod
+    def from_folder(cls, model_path: str, dtype: str) -> "ModelKV":
+        """From the model folder's config.json (no weights read)."""
+        return cls.of(ModelShape.from_folder(model_path), dtype)
 
     @property
     def bytes_per_token(self) -> int:
@@ -61,6 +67,52 @@ def derive_capacity(bytes_per_token: int, budget_bytes: int, block_size: int,
                     max_model_len: int) -> KVCapacity:
     """The budget in whole blocks: 128 MiB / (23,040 B x 128 tokens) = 45 blocks in bf16."""
     return KVCapacity(budget_bytes // (bytes_per_token * block_size), block_size, max_model_len)
+
+
+# --- Tasks 3-4: the source's five requests (name, tokens that request really uses) -----------
+SOURCE_REQUESTS = [("Short question", 45), ("Medium paragraph", 128), ("Quick greeting", 23),
+                   ("Long document", 256), ("Code snippet", 67)]
+MAX_LEN = 512             # slots contiguous allocation reserves per request (the source's)
+TOTAL_SLOTS = 10_000      # token slots of memory for the concurrent-user estimate
+MIB = 1024 * 1024
+
+
+def request_names(lengths: list[int]) -> list[str]:
+    """The source's names for its own five lengths, else '<n> tokens'."""
+    if lengths == [n for _, n in SOURCE_REQUESTS]:
+        return [name for name, _ in SOURCE_REQUESTS]
+    return [f"{n} tokens" for n in lengths]
+
+
+@dataclass(frozen=True)
+class KVBytes:
+    """Tasks 3-4's token slots in bytes for the model that would run, and in the lab's budget."""
+    model_kv: ModelKV
+    budget_bytes: int
+    slots: list[tuple[str, int]]              # (label, token slots), shown in MiB
+    users: list[tuple[str, int, int]]         # (label, slots per user, users in the budget)
+    in_blocks: "KVCapacity"                   # the budget in whole vLLM blocks
+
+    @property
+    def budget_tokens(self) -> int:
+        return self.budget_bytes // self.model_kv.bytes_per_token
+
+    def to_dict(self) -> dict:
+        return {"kv_bytes_per_token": self.model_kv.bytes_per_token,
+                "budget_bytes": self.budget_bytes, "budget_token_slots": self.budget_tokens,
+                "budget_blocks": self.in_blocks.num_blocks, "block_size": self.in_blocks.block_size,
+                "users_in_budget": {label: fit for label, _, fit in self.users}}
+
+
+def kv_bytes(model_kv: ModelKV, budget_bytes: int, block_size: int, max_model_len: int,
+             slots: list[tuple[str, int]], users: list[tuple[str, int]]) -> KVBytes:
+    """Token slots -> bytes for this model; how many users of each size fit the budget; the
+    budget in whole blocks of block_size (what task 2's engine reports)."""
+    budget_tokens = budget_bytes // model_kv.bytes_per_token
+    return KVBytes(model_kv, budget_bytes, slots,
+                   [(label, per_user, budget_tokens // per_user) for label, per_user in users],
+                   derive_capacity(model_kv.bytes_per_token, budget_bytes, block_size,
+                                   max_model_len))
 
 
 # --- Task 3: contiguous pre-allocation -------------------------------------------------------

@@ -45,6 +45,8 @@ class Snapshot:
     e2e_sum_s: float           # histogram vllm:e2e_request_latency_seconds, _sum and _count
     e2e_count: float
     preemptions: float         # counter vllm:num_preemptions_total
+    prefix_queries: float = 0.0   # counter vllm:prefix_cache_queries_total: prompt tokens looked up
+    prefix_hits: float = 0.0      # counter vllm:prefix_cache_hits_total: of them found cached
 
     @property
     def mean_ttft_s(self) -> float | None:
@@ -54,6 +56,11 @@ class Snapshot:
     @property
     def mean_e2e_s(self) -> float | None:
         return self.e2e_sum_s / self.e2e_count if self.e2e_count else None
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Prompt tokens found in the prefix cache over the server's life (None before any)."""
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else None
 
 
 # vLLM V1's name, then the name older vLLM versions used for the same fraction
@@ -78,7 +85,9 @@ def snapshot(text: str, time_s: float) -> Snapshot:
                     ttft_count=total("vllm:time_to_first_token_seconds_count"),
                     e2e_sum_s=total("vllm:e2e_request_latency_seconds_sum"),
                     e2e_count=total("vllm:e2e_request_latency_seconds_count"),
-                    preemptions=total("vllm:num_preemptions_total"))
+                    preemptions=total("vllm:num_preemptions_total"),
+                    prefix_queries=total("vllm:prefix_cache_queries_total"),
+                    prefix_hits=total("vllm:prefix_cache_hits_total"))
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,8 @@ class Window:
     mean_ttft_s: float | None       # None: no request got its first token in the window
     num_finished: int               # requests that finished in the window
     mean_e2e_s: float | None        # None: no request finished in the window
+    prefix_hit_rate: float | None = None   # hits / queries of the prefix cache in the window
+                                           # (None: no prompt was looked up in the window)
 
 
 def window(old: Snapshot, new: Snapshot) -> Window | None:
@@ -108,7 +119,10 @@ def window(old: Snapshot, new: Snapshot) -> Window | None:
                   num_first_tokens=num_first,
                   mean_ttft_s=(new.ttft_sum_s - old.ttft_sum_s) / num_first if num_first else None,
                   num_finished=num_finished,
-                  mean_e2e_s=(new.e2e_sum_s - old.e2e_sum_s) / num_finished if num_finished else None)
+                  mean_e2e_s=(new.e2e_sum_s - old.e2e_sum_s) / num_finished if num_finished else None,
+                  prefix_hit_rate=((new.prefix_hits - old.prefix_hits) / queries
+                                   if (queries := new.prefix_queries - old.prefix_queries) > 0
+                                   else None))
 
 
 def info_labels(text: str, name: str) -> dict[str, str]:

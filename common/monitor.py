@@ -33,6 +33,8 @@ class Point:
     kv_usage_pct: float | None     # None: the server does not export it
     mean_ttft_s: float | None
     mean_e2e_s: float | None
+    prefix_hit_pct: float | None = None   # prompt tokens found in the prefix cache, since the
+                                          # server started (None: none looked up yet)
 
 
 @dataclass
@@ -115,7 +117,9 @@ class Monitor(Poller):
                      running=snap.running, waiting=snap.waiting,
                      kv_usage_pct=None if snap.kv_usage is None else 100 * snap.kv_usage,
                      mean_ttft_s=recent.mean_ttft_s if recent else None,
-                     mean_e2e_s=recent.mean_e2e_s if recent else None)
+                     mean_e2e_s=recent.mean_e2e_s if recent else None,
+                     prefix_hit_pct=None if snap.prefix_hit_rate is None
+                     else 100 * snap.prefix_hit_rate)
 
     # --- what the page shows ---------------------------------------------------------------
     def is_down(self) -> bool:

@@ -18,7 +18,6 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from common import kv, settings
 
 WIDTH = 65
 LABEL_WIDTH = 34
@@ -123,14 +122,12 @@ def insight(lines: Sequence[str]) -> None:
     rule()
 
 
-def saved(path) -> None:
+def saved(path, drawn: Sequence[tuple[Path, str | None]] = ()) -> None:
     """'Saved: results/<script>.json', relative to the folder the script runs in when inside it;
-    then the figures drawn from that result (common.figures.FIGURES), one line each:
+    then each figure drawn from it (common.figures.saved draws them), one line each:
     'Figure: results/<script>.png', or why it was not drawn (the result is saved all the same)."""
-    from common import figures   # matplotlib is imported only when a figure is drawn
-
     path_line("Saved", path)
-    for png, error in figures.save_figures(Path(path).stem):
+    for png, error in drawn:
         if error is None:
             path_line("Figure", png)
         else:
@@ -159,10 +156,10 @@ def bar(used: int, total: int, width: int = 50) -> str:
 MIB = 1024 * 1024
 
 
-def kv_bytes_section(model, model_kv, budget_bytes: int, slots: Sequence[tuple[str, int]],
-                     users: Sequence[tuple[str, int]]) -> dict:
-    """Tasks 3-4: token slots turned into bytes for the model that would run, and into the
-    lab's KV budget. Returns the figures it printed."""
+def kv_bytes_section(model, figures) -> None:
+    """Tasks 3-4: token slots in bytes for the model that would run, and in the lab's KV
+    budget (figures: common.kv.KVBytes, worked out there)."""
+    model_kv, in_blocks = figures.model_kv, figures.in_blocks
     bpt = model_kv.bytes_per_token
     section(f"IN BYTES: the model in {model_kv.dtype}")
     row("Model", model.name)
@@ -170,23 +167,17 @@ def kv_bytes_section(model, model_kv, budget_bytes: int, slots: Sequence[tuple[s
     row("  path", model.path)
     row("KV bytes per token", f"{bpt:,} B")
     note(f"= {model_kv.formula()}", indent=2)
-    for label, num_slots in slots:
+    for label, num_slots in figures.slots:
         row(label, f"{num_slots:,} slots = {num_slots * bpt / MIB:,.2f} MiB")
-    budget_tokens = budget_bytes // bpt
-    row("KV budget of the lab", f"{budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
+    budget_tokens = figures.budget_tokens
+    row("KV budget of the lab", f"{figures.budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
     # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens:
     # the same derivation task 2 checks against its engine
-    in_blocks = kv.derive_capacity(bpt, budget_bytes, settings.BLOCK_SIZE, settings.MAX_MODEL_LEN)
-    row("  in whole vLLM blocks", f"{in_blocks.num_blocks:,} x {settings.BLOCK_SIZE} = "
+    row("  in whole vLLM blocks", f"{in_blocks.num_blocks:,} x {in_blocks.block_size} = "
                                   f"{in_blocks.num_tokens:,} tokens")
     left = budget_tokens - in_blocks.num_tokens
-    note(f"(vLLM allocates whole blocks of {settings.BLOCK_SIZE} tokens: "
+    note(f"(vLLM allocates whole blocks of {in_blocks.block_size} tokens: "
          + (f"the {left:,} slots left fill no block; " if left else "")
          + f"task 2 checks {in_blocks.num_tokens:,} against its engine)", indent=2)
-    fits = {}
-    for label, slots_per_user in users:
-        fits[label] = budget_tokens // slots_per_user
-        row(f"  {label}", f"{fits[label]:,} users ({budget_tokens:,} // {slots_per_user})")
-    return {"kv_bytes_per_token": bpt, "budget_bytes": budget_bytes,
-            "budget_token_slots": budget_tokens, "budget_blocks": in_blocks.num_blocks,
-            "block_size": settings.BLOCK_SIZE, "users_in_budget": fits}
+    for label, slots_per_user, fit in figures.users:
+        row(f"  {label}", f"{fit:,} users ({budget_tokens:,} // {slots_per_user})")

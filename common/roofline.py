@@ -30,6 +30,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from common import shape
+from common.shape import DTYPE_BYTES, ModelShape
+
 
 @dataclass(frozen=True)
 class ModelCost:
@@ -51,19 +54,15 @@ class ModelCost:
         return 2 * self.matmul_params + context * self.attention_flops_per_context_token
 
 
-def _llama_dims(config: dict) -> tuple[int, int, int, int, int, int, int]:
-    """(hidden, layers, heads, kv_heads, head_dim, mlp, vocab) of a Llama-style config.json."""
-    h, heads = config["hidden_size"], config["num_attention_heads"]
-    return (h, config["num_hidden_layers"], heads, config.get("num_key_value_heads") or heads,
-            config.get("head_dim") or h // heads, config["intermediate_size"],
-            config["vocab_size"])
-
-
-def model_cost(config: dict, dtype: str, dtype_bytes: int) -> ModelCost:
+def model_cost(config: dict, dtype: str, dtype_bytes: int | None = None) -> ModelCost:
     """Counted from a Llama-style config.json (SmolLM: 30 layers, hidden 576, 9 heads of 64,
     3 KV heads, MLP 1536, vocab 49152, tied embeddings: 134,515,008 parameters)."""
-    h, layers, heads, kv_heads, head_dim, mlp, vocab = _llama_dims(config)
-    tied = config.get("tie_word_embeddings", True)
+    dtype_bytes = dtype_bytes or DTYPE_BYTES[dtype]   # the one dtype map (common.shape)
+    m = ModelShape.from_config(config)
+    h, layers, heads, kv_heads, head_dim, mlp, vocab = (m.hidden_size, m.num_layers, m.num_heads,
+                                                        m.num_kv_heads, m.head_dim,
+                                                        m.intermediate_size, m.vocab_size)
+    tied = m.tie_word_embeddings
     # q and o: h x heads*head_dim each; k and v: h x kv_heads*head_dim each; gate, up, down: h x mlp
     linear = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 3 * h * mlp
     norms = 2 * h                       # input and post-attention RMSNorm
@@ -172,10 +171,11 @@ def linear_shapes(config: dict) -> list[tuple[int, int]]:
     """(out_features, in_features) of every weight one decode step multiplies, in the order the
     model runs them: per layer q, k, v, o, gate, up, down; then the LM head (vocab x hidden).
     Their sizes add up to ModelCost.matmul_params."""
-    h, layers, heads, kv_heads, head_dim, mlp, vocab = _llama_dims(config)
-    q, kv = heads * head_dim, kv_heads * head_dim
+    m = ModelShape.from_config(config)
+    h, mlp = m.hidden_size, m.intermediate_size
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
     layer = [(q, h), (kv, h), (kv, h), (h, q), (mlp, h), (mlp, h), (h, mlp)]
-    return layer * layers + [(vocab, h)]
+    return layer * m.num_layers + [(m.vocab_size, h)]
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def measure_kernel_floor(config: dict, dtype: str, threads: int, batches) -> Ker
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    torch_dtype = shape.torch_dtype(dtype)
     shapes = linear_shapes(config)
     # any values will do (the kernels do not look at them); filled, so every page is touched
     weights = [torch.full(shape, 0.01, dtype=torch_dtype) for shape in shapes]
@@ -236,3 +236,149 @@ def attribute_step(ceiling_ms: float, floor_ms: float, step_ms: float) -> dict:
             "library_pct": 100 * library_ms / step_ms,
             "engine_pct": 100 * engine_ms / step_ms,
             "larger_gap": "library" if library_ms >= engine_ms else "engine"}
+
+
+# --- the lab's steps under this machine's roofline (the summary's section) ---------------------
+def roofline_inputs(res: dict) -> tuple[dict, str, int] | None:
+    """(model config, dtype, context) of the run that tasks 1, 2 and 6 measured, or None.
+    res: the saved results, typed (common.results)."""
+    import json
+
+    one = res.get("task_2_vllm_inference") or res.get("task_1_hf_baseline")
+    if not one or not one.header.model_path or not one.header.dtype:
+        return None
+    try:
+        with open(f"{one.header.model_path}/config.json") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if one.prompt_tokens is None or one.generated_tokens is None:
+        return None
+    # mean context while decoding: the prompt plus half the new tokens
+    return config, one.header.dtype, one.prompt_tokens + one.generated_tokens // 2
+
+
+def step_ms(level) -> float:
+    """A load level's decode step: its measured TPOT (requests / tok/s where it is missing)."""
+    if level.mean_tpot_s:
+        return 1000 * level.mean_tpot_s
+    return 1000 * level.users / level.throughput_tok_s
+
+
+def _levels(res: dict) -> list:
+    six = res.get("task_6_multi_user_load")
+    return [lv for lv in six.levels if lv.throughput_tok_s] if six else []
+
+
+def floor_batches(res: dict) -> list[int]:
+    """The batch sizes the measured steps ran: 1 (tasks 1, 2, task 6's one user) and task 6's
+    largest level."""
+    users = [lv.users for lv in _levels(res)]
+    return sorted({1, max(users)}) if users else [1]
+
+
+def place(res: dict, cost: ModelCost, machine: Machine, context: int,
+          floor: KernelFloor | None = None) -> dict:
+    """Tasks 1, 2 and 6 (res: their typed results) placed under this machine's ceilings (every
+    figure from the inputs), and, with the kernel floor, every measured step on three rungs
+    (attribute_step). Time per decode step: total time / generated tokens for one request; for
+    the server, task 6's measured time per output token (TPOT), which is the step time while a
+    batch decodes."""
+    from dataclasses import asdict
+
+    single = ceiling(cost, machine, 1, context)
+    top = compute_ceiling(cost, machine, context)
+    placed = {}
+    for step, label in (("task_1_hf_baseline", "HF, 1 request"),
+                        ("task_2_vllm_inference", "vLLM, 1 request")):
+        one = res.get(step)
+        if one and one.tokens_per_s:
+            tps = one.tokens_per_s
+            # the saved tok/s is rounded: the step from the unrounded time where it is saved
+            ms = (1000 * one.total_time_s / one.generated_tokens
+                  if one.total_time_s and one.generated_tokens else 1000 / tps)
+            placed[step] = {"label": label, "users": 1, "tokens_per_s": tps,
+                            "step_ms": ms, "step_from": "time / tokens",
+                            "pct_of_bandwidth_ceiling": 100 * tps / single["tokens_per_s"]}
+    levels = _levels(res)
+    if levels:
+        lv = max(levels, key=lambda lv: lv.users)
+        at_batch = ceiling(cost, machine, lv.users, context)
+        placed["task_6_multi_user_load"] = {
+            "label": f"server, {lv.users} users", "users": lv.users,
+            "tokens_per_s": lv.throughput_tok_s,
+            "step_ms": step_ms(lv), "step_from": "measured TPOT",
+            "pct_of_compute_ceiling": 100 * lv.throughput_tok_s / top,
+            "roofline_at_users": at_batch,
+            "pct_of_roofline_at_users": 100 * lv.throughput_tok_s / at_batch["tokens_per_s"]}
+        one = min(levels, key=lambda lv: lv.users)
+        if one.users == 1 and lv.users > 1:
+            placed["task_6_multi_user_load"]["one_user"] = {
+                "tokens_per_s": one.throughput_tok_s, "step_ms": step_ms(one)}
+    steps = [(p["label"], p["users"], p["step_ms"]) for p in placed.values()]
+    six = placed.get("task_6_multi_user_load", {})
+    if "one_user" in six:
+        steps.insert(-1, ("server, 1 user", 1, six["one_user"]["step_ms"]))
+    rungs = []
+    if floor is not None and floor.covers(cost, {users for _, users, _ in steps}):
+        for label, users, ms in steps:
+            # the ceiling's step: one read of the weights (+ KV) or the batch's FLOPs at peak
+            ceiling_ms = 1000 * users / ceiling(cost, machine, users, context)["tokens_per_s"]
+            rungs.append({"label": label, "users": users,
+                          **attribute_step(ceiling_ms, 1000 * floor.step_s[users], ms)})
+    return {"kernel_floor": asdict(floor) if floor else None, "rungs": rungs,
+            "bandwidth_gb_s": machine.bandwidth_bytes_s / 1e9,
+            "matmul_gflop_s": {k: v / 1e9 for k, v in machine.flops_s.items()},
+            "matmul_n": machine.matmul_n, "threads": machine.threads,
+            "dtype": cost.dtype, "context": context,
+            "num_params": cost.num_params, "weight_bytes": cost.weight_bytes,
+            "weight_read_ms": 1000 * cost.weight_bytes / machine.bandwidth_bytes_s,
+            "bytes_per_token": cost.bytes_per_token(context),
+            "flops_per_token": cost.flops_per_token(context),
+            "bandwidth_ceiling_tok_s": single["tokens_per_s"], "compute_ceiling_tok_s": top,
+            "ridge_batch": ridge_batch(cost, machine, context), "placed": placed}
+
+
+# --- the machine's figures: saved once (results/machine.json), read by the summary and task 9 ---
+@dataclass(frozen=True)
+class MachineFigures:
+    machine: Machine
+    floor: KernelFloor | None   # the model's kernel floor at the batches asked for, or None
+    source: str                 # 'measured 2026-12-01 03:10 on host' / 'measured now on host'
+
+
+def machine_figures(config: dict, dtype: str, batches, threads: int, *, measure: bool = False,
+                    measure_floor: bool = False, save: bool = False) -> MachineFigures:
+    """The one loader of the machine's figures: the ceilings saved in results/machine.json
+    (measured once, on the machine the lab ran on), or measured now when none are saved (or
+    measure). The kernel floor: the saved one when it covers this model, dtype and batches,
+    else measured now when measure or measure_floor, else None. save writes what was measured
+    to results/machine.json (the summary does; task 9 reads it)."""
+    import socket
+
+    from common import results, settings
+
+    try:
+        saved = None if measure else results.load("machine")
+    except results.StaleResult:
+        saved = None   # from an older lab: measured again
+    cost = model_cost(config, dtype)
+    if saved is not None:
+        machine = Machine(saved.bandwidth_bytes_s, saved.flops_s, saved.threads, saved.matmul_n)
+        floor = None
+        if saved.kernel_floor:   # JSON keys are strings: the batch sizes back to numbers
+            floor = KernelFloor(**saved.kernel_floor | {"step_s": {
+                int(b): t for b, t in saved.kernel_floor["step_s"].items()}})
+        if floor is None or not floor.covers(cost, batches):
+            floor = measure_kernel_floor(config, dtype, threads, batches) if measure_floor else floor
+        return MachineFigures(machine, floor, f"measured {saved.measured_at[:16].replace('T', ' ')}"
+                                              f" on {saved.host}")
+    machine = measure_machine(threads)
+    floor = measure_kernel_floor(config, dtype, threads, batches)
+    if save:
+        from dataclasses import asdict
+
+        results.save("machine", asdict(machine) | {"kernel_floor": asdict(floor),
+                                                    "host": socket.gethostname(),
+                                                    "cpu": settings.cpu_model_name()})
+    return MachineFigures(machine, floor, f"measured now on {socket.gethostname()}")

@@ -19,10 +19,11 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import requests
 
-from common import report, settings
+from common import settings
 
 STARTUP_TIMEOUT_S = 300
 LOG_TAIL_LINES = 20
@@ -217,8 +218,14 @@ def launch(config: ServerConfig) -> subprocess.Popen:
     return proc
 
 
-def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
-    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind."""
+def _quiet(line: str) -> None:
+    """The default progress callback: say nothing."""
+
+
+def _start(config: ServerConfig, timeout_s: float,
+           progress: Callable[[str], None] = _quiet) -> tuple[int, float]:
+    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind.
+    Every 10 s of waiting is one progress line ('... still starting (20 s)')."""
     proc = launch(config)
     base_url = base_url_of(config)
     start = time.perf_counter()
@@ -235,7 +242,7 @@ def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
                 raise ServerError(f"the vLLM server was not ready after {timeout_s:.0f} s; last "
                                   f"lines of {log_path(config.port)}:\n{_log_tail(config.port)}")
             if elapsed >= next_note:
-                print(f"  ... still starting ({elapsed:.0f} s)", flush=True)
+                progress(f"... still starting ({elapsed:.0f} s)")
                 next_note += 10
             time.sleep(0.5)
     except BaseException:   # ServerError, Ctrl-C, SIGTERM: stop what we started
@@ -247,8 +254,10 @@ def _start(config: ServerConfig, timeout_s: float) -> tuple[int, float]:
     return proc.pid, time.perf_counter() - start
 
 
-def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S) -> Server:
-    """A healthy lab server with exactly this config: reused, restarted or started."""
+def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S,
+                  progress: Callable[[str], None] = _quiet) -> Server:
+    """A healthy lab server with exactly this config: reused, restarted or started. What it
+    does (stopping, starting, still starting) goes to progress, one line at a time."""
     base_url = base_url_of(config)
     state = "started"
     current = running_config(config.port)
@@ -259,14 +268,14 @@ def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S) ->
                 return reused
         why = ("its settings differ" if current != config else
                "same settings, but it does not answer /health")
-        report.note(f"Stopping the lab server on :{config.port} ({why})...", indent=2)
+        progress(f"Stopping the lab server on :{config.port} ({why})...")
         stop_server(config.port)
         state = "restarted"
     elif port_in_use(config.host, config.port):
         raise ServerError(f"port {config.port} is in use by another program (not a server this "
                           f"lab started); stop it or choose another --port")
-    report.note(f"Starting vLLM server on {base_url} ({config.describe()})...", indent=2)
-    pid, startup_s = _start(config, timeout_s)
+    progress(f"Starting vLLM server on {base_url} ({config.describe()})...")
+    pid, startup_s = _start(config, timeout_s, progress)
     return Server(base_url, config.model_name, state, startup_s, pid, config,
                   str(log_path(config.port)))
 
@@ -285,6 +294,20 @@ def external_server(base_url: str) -> Server:
         raise ServerError(f"no OpenAI-compatible server answers at {base_url}/v1/models "
                           f"({type(e).__name__})") from None
     return Server(base_url, model_name, "external")
+
+
+def lab_server(base_url: str | None = None, model=None, dtype: str | None = None,
+               host: str = "127.0.0.1", port: int = settings.SERVER_PORT,
+               max_num_seqs: int = 256, max_model_len: int = settings.MAX_MODEL_LEN,
+               progress: Callable[[str], None] = _quiet) -> Server:
+    """The server a task talks to: the OpenAI-compatible one at base_url (never started or
+    stopped here), else the lab's own for this model (common.model) and dtype name with these
+    settings, started, reused or restarted (ensure_server)."""
+    if base_url:
+        return external_server(base_url)
+    return ensure_server(ServerConfig(model.path, model.name, dtype, max_model_len=max_model_len,
+                                      max_num_seqs=max_num_seqs, host=host, port=port),
+                         progress=progress)
 
 
 def main(argv: list[str] | None = None) -> int:

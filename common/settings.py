@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.shape import DTYPE_BYTES
+
 REPO_DIR = Path(__file__).resolve().parent.parent
 
 # --- Settings from the source article (section 1) -------------------------------------------
@@ -76,7 +78,6 @@ def apply_cpu_engine_env() -> None:
 # --- Machine and dtype policy ----------------------------------------------------------------
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")   # native bf16 on x86: AVX512-BF16 or AMX
 DTYPE_CHOICES = ("auto", "bfloat16", "float32")
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 
 
 def cpu_flags() -> set[str]:

@@ -5,6 +5,7 @@ server on the tiny model that the dashboard starts: load sent from the page, fig
 the server stopped when the dashboard stops."""
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import os
 import re
@@ -33,8 +34,10 @@ def test_snapshot_reads_the_watched_figures():
     assert busy == metrics.Snapshot(time_s=1.5, generation_tokens=365.0, running=12, waiting=0,
                                     kv_usage=0.2727272727272727, ttft_sum_s=2.0723021030426025,
                                     ttft_count=14.0, e2e_sum_s=4.464751720428467, e2e_count=2.0,
-                                    preemptions=0.0)
+                                    preemptions=0.0, prefix_queries=142.0, prefix_hits=0.0)
     assert busy.mean_e2e_s == 4.464751720428467 / 2
+    assert busy.prefix_hit_rate == 0.0      # 142 prompt tokens looked up, none found: the lab's
+                                            # user prompts share no whole block of 16
 
 
 def test_window_is_the_difference_of_two_snapshots():
@@ -44,6 +47,9 @@ def test_window_is_the_difference_of_two_snapshots():
     assert (w.generation_tokens, w.tokens_per_s) == (265.0, 265.0 / 1.5)
     assert (w.num_first_tokens, w.num_finished, w.mean_e2e_s) == (12, 0, None)
     assert w.mean_ttft_s == (2.0723021030426025 - 0.1169729232788086) / 12
+    assert w.prefix_hit_rate == 0.0         # 142 - 14 = 128 tokens looked up, 0 hits
+    later = dataclasses.replace(busy, time_s=2.0)     # no prompt looked up in between
+    assert metrics.window(busy, later).prefix_hit_rate is None
     w = metrics.window(before, after)
     assert (w.generation_tokens, w.num_finished) == (600.0, 12)   # 12 requests x 50 tokens
     assert w.mean_e2e_s == (42.69904637336731 - 4.464751720428467) / 12

@@ -206,11 +206,15 @@ def test_a_restart_says_why(asked, why, monkeypatch, capsys):
         server.settings.server_state_dir().mkdir(parents=True, exist_ok=True)
         server._state_path(port).write_text(json.dumps({"pid": stand_in.pid,
                                                         "config": asdict(config)}))
-        monkeypatch.setattr(server, "_start", lambda config, timeout_s: (stand_in.pid, 0.1))
-        srv = server.ensure_server(dataclasses.replace(config, **asked))
+        monkeypatch.setattr(server, "_start",
+                            lambda config, timeout_s, progress: (stand_in.pid, 0.1))
+        lines = []   # its progress lines come back through the callback; it prints nothing
+        srv = server.ensure_server(dataclasses.replace(config, **asked), progress=lines.append)
         assert srv.state == "restarted"
-        assert f"Stopping the lab server on :{port} ({why})..." in \
-            " ".join(capsys.readouterr().out.split())
+        assert lines == [f"Stopping the lab server on :{port} ({why})...",
+                         f"Starting vLLM server on {srv.base_url} "
+                         f"({dataclasses.replace(config, **asked).describe()})..."]
+        assert capsys.readouterr().out == ""
         assert stand_in.wait(timeout=30) is not None            # it was stopped
     finally:
         stand_in.kill()

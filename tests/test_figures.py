@@ -5,6 +5,7 @@ console error, every step's section there."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -12,10 +13,9 @@ from pathlib import Path
 import pytest
 
 import lab
-import summary
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
-from common import figures, html_report, kv, results, settings
+from common import figures, html_report, kv, results, settings, steps
 from common import roofline as rl
 
 # --- task 9: the batching timeline ---------------------------------------------------------------
@@ -130,7 +130,7 @@ COMMON = {"model": "SmolLM2-135M-Instruct", "dtype": "float32"}
 
 def save_hand_results() -> dict[str, dict]:
     """Small results, typed in (the shapes the scripts save), for tasks 6, 7, 9 and the summary
-    (its roofline computed by summary.roofline from them); returns them as loaded back."""
+    (its roofline placed by roofline.place from them); returns them as loaded back."""
     results.save("task_1_hf_baseline", COMMON | {"tokens_per_s": 15.0, "total_time_s": 50 / 15,
                                                  "generated_tokens": 50})
     results.save("task_2_vllm_inference", COMMON | {"tokens_per_s": 16.0})
@@ -152,6 +152,7 @@ def save_hand_results() -> dict[str, dict]:
             ("C: Limited Concurrency", 64, 8, 60.0, 8.3, 8, 2))]})
     results.save("task_9_build_your_own_engine", COMMON | {
         "settings": {"max_batch": 2}, "workload_output_lengths": [8, 1, 1, 1],
+        "correctness": {"num_identical": 8, "num_prompts": 8},
         "timelines": HAND,
         # slot utilisation = 11 tokens / (2 slots x steps)
         "policies": {"static": {"num_tokens": 11, "num_steps": 9, "tokens_per_s": 40.0,
@@ -167,8 +168,8 @@ def save_hand_results() -> dict[str, dict]:
     cost = rl.model_cost(SMOL, "float32", 4)
     machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
     floor = rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.070, 20: 0.180})
-    results.save("summary", COMMON | {"roofline": summary.roofline(res, cost, machine, 70,
-                                                                    floor)})
+    typed = {name: results.record_of(name).from_dict(r) for name, r in res.items()}
+    results.save("summary", COMMON | {"roofline": rl.place(typed, cost, machine, 70, floor)})
     return figures.load_results()
 
 
@@ -187,10 +188,14 @@ def test_roofline_points_label_every_measured_step():
 
 
 # --- every registered figure, from the saved results ----------------------------------------------
-def test_the_registry_names_only_steps_of_the_lab():
-    steps = {Path(c[0]).stem for c in lab.steps(8000)} | {summary.SCRIPT}
-    assert set(figures.FIGURES) <= steps
+def test_the_report_page_and_the_figures_follow_the_steps_list():
     assert html_report.step_names() == [Path(c[0]).stem for c in lab.steps(8000)] + ["summary"]
+    # the figures issue 19 asks for: tasks 3, 4, 6, 7, 9 (two) and the summary's roofline
+    assert {step.name: [suffix for suffix, _ in step.figures]
+            for step in [*steps.STEPS, steps.SUMMARY] if step.figures} == {
+        "task_3_kv_cache_problem": [""], "task_4_paged_attention": [""],
+        "task_6_multi_user_load": [""], "task_7_tuning": [""],
+        "task_9_build_your_own_engine": ["", "phases"], "summary": [""]}
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +208,8 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption(model_args):
     task4.main(model_args)
     res = save_hand_results()
     drawn = 0
-    for name, entries in figures.FIGURES.items():
+    registry = {name: steps.figures_of(name) for name in steps.report_names()}
+    for name, entries in registry.items():
         if name not in res:
             continue   # task 10: not in the lab yet
         for suffix, draw in entries:
@@ -220,7 +226,7 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption(model_args):
                         (name, suffix, ax.get_title())
             figures._plt().close(fig)
             drawn += 1
-    assert drawn == sum(len(e) for n, e in figures.FIGURES.items() if n in res) == 7
+    assert drawn == sum(len(e) for n, e in registry.items() if n in res) == 7
 
 
 def test_what_the_load_and_tuning_figures_plot():
@@ -253,7 +259,9 @@ def test_a_script_draws_its_figure_and_says_so(model_args, capsys):
 def test_a_figure_that_fails_is_one_line_not_a_crash(model_args, capsys, monkeypatch):
     def broken(res):
         raise KeyError("requests")
-    monkeypatch.setitem(figures.FIGURES, "task_3_kv_cache_problem", [("", broken)])
+    step = steps.by_name()["task_3_kv_cache_problem"]
+    monkeypatch.setattr(steps, "by_name", lambda: {step.name: dataclasses.replace(
+        step, figures=(("", broken),))})
     r = task3.main(model_args)
     assert r["utilization_pct"] == 20.3                    # the task ran and saved its result
     out = " ".join(capsys.readouterr().out.split())     # the line wraps at 65 columns

@@ -4,6 +4,9 @@ their column whatever the label, and every KEY INSIGHT chosen from the figures i
 server; tasks 3-4 run in full on the tiny model."""
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 import task_2_vllm_inference as task2
@@ -119,11 +122,41 @@ def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
     assert dead.summary()["mean_latency_s"] is None and dead.summary()["failed"] == 5
 
 
+def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
+    # 1 user: 50 tokens in 5.0 s = 10.0 tok/s; 4 users: 200 tokens in 8.0 s = 25.0 tok/s;
+    # 20 users: 1,000 tokens in 12.5 s = 80.0 tok/s. Peak / first = 80 / 10 = 8.0x.
+    # Per user: 10.0, 25 / 4 = 6.25, 80 / 20 = 4.0 tok/s; TPOT (5.0 - 0.2) / 49 = 98 ms.
+    levels = [level(1, 5.0, 5.0, 0.2), level(4, 8.0, 7.0, 0.3), level(20, 12.5, 11.0, 0.5)]
+    assert task6.print_scaling(levels) == 8.0
+    out = capsys.readouterr().out
+    assert "Scaling factor:                   8.0x throughput improvement" in out
+    assert "   1 users:   10.0 tok/s each, time per output token 98 ms" in out
+    assert "   4 users:    6.2 tok/s each" in out            # 6.25, printed to one place
+    assert "  20 users:    4.0 tok/s each" in out
+    assert task6.print_scaling([level(1, 5.0, 0.0, 0.0, failed=1), levels[2]]) == 0.0
+
+
+def test_task2_speedup_by_hand(capsys):
+    # vLLM: 50 tokens in 2.0 s = 25.0 tok/s; HuggingFace: 12.5 tok/s (4.0 s): 25 / 12.5 = 2.0x
+    gen = task2.engine.Generation("vLLM", "text", 11, 50, 2.0, 9.0, 2)
+    assert gen.tokens_per_s == 25.0 and gen.to_dict()["tokens_per_s"] == 25.0
+    eng = task2.engine.Engine(None, 9.0, {})
+    speedup = task2.print_results(gen, eng, {"tokens_per_s": 12.5, "total_time_s": 4.0},
+                                  "measured now")
+    assert speedup == 2.0
+    out = capsys.readouterr().out
+    assert "vLLM is 2.0x faster in tokens/sec" in out
+    assert re.search(r"\nTokens/sec +12\.5 +25\.0\n", out)
+    # the other way round: 12.5 against 25.0 is 0.5x, "as fast" is not claimed as faster
+    task2.print_results(task2.engine.Generation("vLLM", "", 11, 50, 4.0, 9.0, 2), eng,
+                        {"tokens_per_s": 25.0, "total_time_s": 2.0}, "measured now")
+    assert "vLLM is 0.5x as fast in tokens/sec" in capsys.readouterr().out
+
+
 # --- task 7: the insight from the three configs -----------------------------------------------
 def config(label, max_model_len, max_num_seqs, blocks, concurrency, running, waiting, tok_s):
-    return {"label": label, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
-            "kv_blocks": blocks, "kv_block_size": 128, "kv_max_concurrency": concurrency,
-            "peak_running": running, "peak_waiting": waiting, "throughput_tok_s": tok_s}
+    return task7.ConfigRun(task7.TuningConfig(label, max_model_len, max_num_seqs), tok_s,
+                           concurrency, blocks, 128, running, waiting)
 
 
 def test_task7_insight_from_the_configs():
@@ -139,8 +172,8 @@ def test_task7_insight_from_the_configs():
         "max_num_seqs divides no memory: C's KV cache is the same 22 blocks; it only caps how "
         "many requests one engine step serves"]
     # 16-token blocks: 64 tokens hold 4, 128 hold 8, so B fits twice A; and C saw nothing wait
-    rows[1] |= {"kv_max_concurrency": 44.0}
-    rows[2] |= {"peak_running": 6, "peak_waiting": 0, "max_num_seqs": 8}
+    rows[1] = dataclasses.replace(rows[1], kv_max_concurrency=44.0)
+    rows[2] = dataclasses.replace(rows[2], peak_running=6, peak_waiting=0)
     lines = task7.insights(rows, 6)
     assert lines[0] == "max_model_len sets the KV memory per request: 128 -> 64 tokens took " \
                        "the engine from 22x to 44x requests at once"

@@ -87,8 +87,9 @@ def test_task6_counts_tokens_and_users(tiny_model, port):
         assert 0 < lv["mean_ttft_s"] <= lv["mean_latency_s"]
         assert lv["p50_latency_s"] <= lv["p95_latency_s"]
     assert r["sequential"]["users"] == 6 and r["sequential"]["total_tokens"] == 60
-    peak = max(lv["throughput_tok_s"] for lv in r["levels"])
-    assert r["scaling_factor"] == pytest.approx(peak / r["levels"][0]["throughput_tok_s"], rel=0.01)
+    # the factor's arithmetic is checked by hand in tests/test_reports.py; here, that the
+    # report prints what was saved
+    assert f"Scaling factor:                   {r['scaling_factor']:.1f}x" in proc.stdout
 
 
 def test_the_server_runs_its_worker_in_the_engine_core(port):

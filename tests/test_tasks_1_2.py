@@ -12,7 +12,7 @@ from tests.conftest import assert_fits, run_script, saved_result
 
 def check_generation(r: dict, tokens: int = 50) -> None:
     assert r["generated_tokens"] == tokens
-    assert r["total_time_s"] > 0 and r["tokens_per_s"] == round(tokens / r["total_time_s"], 2)
+    assert r["total_time_s"] > 0 and r["tokens_per_s"] > 0   # the formula: test_reports, by hand
     assert r["warmup_excluded"] is True
     assert r["threads"] >= 1
 
@@ -42,8 +42,8 @@ def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     check_generation(t2, 8)
     assert t2["baseline"]["source"] == "measured now" and t2["baseline"]["tokens_per_s"] > 0
     assert "No matching task 1 result saved" in proc.stdout
-    assert t2["speedup"] == pytest.approx(t2["tokens_per_s"] / t2["baseline"]["tokens_per_s"],
-                                          abs=0.01)
+    assert t2["speedup"] > 0 and f"vLLM is {t2['speedup']:.1f}x" in proc.stdout   # by hand:
+    # tests/test_reports.py::test_task2_speedup_by_hand
     # 2 (K,V) x 2 layers x 1 KV head x 64 dims x 4 B = 1,024 B/token
     assert t2["kv_capacity_derived"]["kv_bytes_per_token"] == 1_024
     # 128 MiB / (1,024 B x 16 tokens) = 8,192 blocks of settings.BLOCK_SIZE = 16 (task 4's page);

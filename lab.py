@@ -162,8 +162,10 @@ def main(argv: list[str] | None = None) -> dict:
             Tee(sys.stdout, log)):
         summary.main(["--measure"])
     write_report(args.port)
-    if any(command[0] in OWN_ENGINES for command in commands):
-        report.note("The lab's vLLM server was stopped before task 9; `make dashboard` starts "
+    own = [command[0] for command in commands if command[0] in OWN_ENGINES]
+    if own:
+        report.note(f"The lab's vLLM server was stopped before "
+                    f"{lab_steps.by_name()[Path(own[0]).stem].label}; `make dashboard` starts "
                     "one again for the live page.")
     else:
         stop = "make stop" if args.port == settings.SERVER_PORT else \

@@ -3,7 +3,8 @@
 Watches the lab's vLLM server (reused when one runs, else started; or --base-url) through its
 Prometheus endpoint /metrics, the one production scrapes, and serves a Gradio page on :7860 that
 refreshes every second: generation tokens/s, requests running and waiting, KV-cache usage, mean
-time to first token and end-to-end latency, with plots of the last minutes. A button on the page
+time to first token and end-to-end latency, the prefix cache's hit rate (task 10), with plots of
+the last minutes. A button on the page
 sends N concurrent requests, so you can watch the KV cache fill and the batch grow and drain.
 When the server goes down the page says so and picks up again when it is back.
 
@@ -102,10 +103,19 @@ def print_header(srv, model, dtype, snap: metrics.Snapshot, cache_labels: dict) 
     report.row("Mean TTFT since start (s)", _seconds(snap.mean_ttft_s))
     report.row("Mean e2e latency since start (s)", _seconds(snap.mean_e2e_s))
     report.row("Preemptions since start", f"{snap.preemptions:,.0f}")
+    report.row("Prefix-cache hit rate since start (%)", _hit_rate(snap.prefix_hit_rate,
+                                                                  snap.prefix_queries))
 
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _hit_rate(rate: float | None, queries: float | None = None) -> str:
+    """Prompt tokens found in vLLM's prefix cache (vllm:prefix_cache_hits / _queries)."""
+    if rate is None:
+        return "- (no prompt looked up)"
+    return f"{100 * rate:.1f}" + (f" (of {queries:,.0f} prompt tokens)" if queries else "")
 
 
 def _percent(fraction: float | None) -> str:
@@ -137,6 +147,7 @@ def snapshot_once(args, srv, first: metrics.Snapshot, title: str = "") -> dict:
         report.row("Generation tokens/s", f"{now.tokens_per_s:.1f}")
         report.row("Requests running / waiting", f"{second.running} / {second.waiting}")
         report.row("KV-cache usage (%)", _percent(second.kv_usage))
+        report.row("Prefix-cache hit rate (%)", _hit_rate(now.prefix_hit_rate))
     snapshot = {k: v for k, v in vars(second).items() if k != "time_s"}   # a monotonic clock
     return {"snapshot": snapshot | {"mean_ttft_s": second.mean_ttft_s,
                                     "mean_e2e_s": second.mean_e2e_s},
@@ -276,7 +287,9 @@ def build_ui(watcher: monitor.Monitor, max_tokens: int, refresh_s: float, engine
                 ("KV-cache usage (%)", "n/a" if p.kv_usage_pct is None else f"{p.kv_usage_pct:.1f}"),
                 (f"Mean TTFT, last {watcher.latency_window_s:g} s (s)", _seconds(p.mean_ttft_s)),
                 (f"Mean e2e latency, last {watcher.latency_window_s:g} s (s)",
-                 _seconds(p.mean_e2e_s))]
+                 _seconds(p.mean_e2e_s)),
+                ("Prefix-cache hit rate since start (%)",
+                 "-" if p.prefix_hit_pct is None else f"{p.prefix_hit_pct:.1f}")]
         now = "Last read (server down)" if watcher.is_down() else "Now"
         return f"| Metric | {now} |\n|---|---:|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 

@@ -449,15 +449,6 @@ def run_policies(model: Llama, eos_ids, workload: list[Request], args, progress
     return runs, engines
 
 
-def progress_clock():
-    """A progress printer: one line per part, with the time since it was made."""
-    start = time.perf_counter()
-
-    def progress(text: str) -> None:
-        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
-    return progress
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     model_choice = cli.resolve_model_or_fail(args.model)
@@ -473,7 +464,7 @@ def main(argv: list[str] | None = None) -> dict:
                            f"KV {args.kv_bytes:,} B, pages of {args.page_size}, "
                            f"batch cap {args.max_batch}")
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
-    eos_ids, progress = eos_token_ids(model_choice.path), progress_clock()
+    eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
 
     progress("Part 1: the engine against transformers, greedy...")
     batch_sizes = (1, args.max_batch)   # the linear layers' kernels are measured at these

@@ -177,6 +177,53 @@ def _patch(color: str, label: str, hatch: str | None = None, edge: str = "#33333
     return Patch(facecolor=color, edgecolor=edge, hatch=hatch, label=label)
 
 
+# --- task 10: shared pages -----------------------------------------------------------------------
+def shared_pages(res: dict):
+    """Task 10: the first requests' page tables at the step that held the most pages (cache on):
+    a row per request, a cell per logical page with its physical page id; the pages several
+    requests point at in one colour, each request's own pages in another. Beside it, the pages
+    held then against the pages the same tables would hold unshared, and mini_engine's peak
+    pages with the cache off and on."""
+    r = res["task_10_prefix_caching"]
+    off, on = r["mini_engine"]
+    peak = on["peak"]
+    tables = peak["tables"]
+    refs = {int(p): n for p, n in peak["ref_counts"].items()}
+    cols = max(map(len, tables.values()))
+    fig, (grid, bars) = _figure(0.6 * len(tables) + 2.8, 1, 2, width_ratios=[3, 1.3])
+    for y, (seq_id, table) in enumerate(tables.items()):
+        for x, page in enumerate(table):
+            shared = refs.get(page, 1) > 1
+            grid.add_patch(_rect(x, y, 1, PALETTE[4] if shared else PALETTE[0]))
+            grid.text(x + 0.5, y + 0.5, f"{page}" + (f"\nx{refs[page]}" if shared else ""),
+                      ha="center", va="center", fontsize=8,
+                      color="white" if shared else "black")
+        grid.text(-0.15, y + 0.5, f"request {int(seq_id) + 1}", ha="right", va="center")
+    grid.set_xlim(-1.6, cols)
+    grid.set_ylim(len(tables), 0)
+    grid.set_xticks([i + 0.5 for i in range(cols)], [str(i) for i in range(cols)])
+    grid.set_xlabel("logical page (tokens 16i to 16i+15)")
+    grid.tick_params(left=False, labelleft=False)
+    for side in ("left", "right", "top"):
+        grid.spines[side].set_visible(False)
+    grid.set_title(f"Page tables at step {peak['step']} (cell: physical page id; xN: its ref "
+                   f"count)")
+    grid.legend(handles=[_patch(PALETTE[4], "shared prefix page (one copy in the pool)"),
+                         _patch(PALETTE[0], "the request's own page")],
+                loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    labels = ["held, shared", "if unshared", "peak, cache on", "peak, cache off"]
+    values = [peak["pages_held"], peak["pages_unshared"], on["peak_pages"], off["peak_pages"]]
+    bars.barh(labels, values, color=[PALETTE[4], PALETTE[0], PALETTE[4], PALETTE[0]],
+              edgecolor="#333333")
+    for y, v in enumerate(values):
+        bars.text(v, y, f" {v}", va="center")
+    bars.invert_yaxis()
+    bars.set_xlabel("KV pages of 16 tokens")
+    bars.set_xlim(0, max(values) * 1.25)
+    bars.set_title(f"{peak['running']} requests running")
+    return _finish(fig, "Task 10: requests with the same system prompt point at the same pages", r)
+
+
 # --- task 6: concurrent users -------------------------------------------------------------------
 def load_levels(res: dict):
     """Task 6: tokens/s and latency (p50, p95, TTFT) against concurrent users; the largest

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -181,3 +182,12 @@ def kv_bytes_section(model, figures) -> None:
          + f"task 2 checks {in_blocks.num_tokens:,} against its engine)", indent=2)
     for label, slots_per_user, fit in figures.users:
         row(f"  {label}", f"{fit:,} users ({budget_tokens:,} // {slots_per_user})")
+
+
+def progress_clock():
+    """A progress printer for a long task: one line per part, with the time since it was made."""
+    start = time.perf_counter()
+
+    def progress(text: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
+    return progress

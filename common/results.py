@@ -284,6 +284,14 @@ class OwnEngine(Result):
     engine_over_vllm: float | None = None
 
 
+@dataclass
+class PrefixCaching(Result):
+    hit_rate: float                  # mini_engine, cache on: prompt tokens taken from the cache
+    ttft_off_s: float                # mini_engine's mean TTFT, cache off and on
+    ttft_on_s: float
+    vllm_hit_rate: float | None = None   # vLLM's, from /metrics (None: part 4 not run)
+
+
 # the summary, lab.py's run, the machine's figures
 @dataclass
 class Summary(Result):

@@ -45,6 +45,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = settings.SERVER_PORT
     block_size: int = settings.BLOCK_SIZE
+    enable_prefix_caching: bool = True       # vLLM's default; task 10 turns it off to compare
     # environment on top of settings.ENGINE_ENV, e.g. the knobs benchmarks/server_configs.py tries
     env: dict = field(default_factory=dict, hash=False)
 
@@ -64,7 +65,8 @@ class ServerConfig:
                 "--max-model-len", str(self.max_model_len),
                 "--max-num-seqs", str(self.max_num_seqs), "--block-size", str(self.block_size),
                 "--kv-cache-memory-bytes", str(self.kv_cache_bytes), "--enforce-eager",
-                "--seed", str(settings.SEED)]
+                "--seed", str(settings.SEED)] + \
+            ([] if self.enable_prefix_caching else ["--no-enable-prefix-caching"])
 
     def describe(self) -> str:
         where = "the engine core" if self.is_worker_in_process else "its own process"
@@ -72,9 +74,10 @@ class ServerConfig:
                 f"{self.environment.get('VLLM_ENABLE_V1_MULTIPROCESSING', '1')} (worker in {where})")
         extra = "".join(f", {k}={v}" for k, v in self.env.items()
                         if k != "VLLM_ENABLE_V1_MULTIPROCESSING")
+        caching = "" if self.enable_prefix_caching else ", enable_prefix_caching=False"
         return (f"max_model_len={self.max_model_len}, max_num_seqs={self.max_num_seqs}, "
                 f"block_size={self.block_size}, kv_cache_memory_bytes={self.kv_cache_bytes}, "
-                f"dtype={self.dtype}, enforce_eager=True, {mode}{extra}")
+                f"dtype={self.dtype}, enforce_eager=True{caching}, {mode}{extra}")
 
 
 @dataclass

@@ -71,6 +71,13 @@ def _own_engine(e: r.OwnEngine) -> str:
     return ", ".join(parts)
 
 
+def _prefix(p: r.PrefixCaching) -> str:
+    """Task 10: the engine's hit rate and TTFT with the cache, vLLM's hit rate."""
+    vllm = "" if p.vllm_hit_rate is None else f", vLLM hit {100 * p.vllm_hit_rate:.0f}%"
+    return (f"hit {100 * p.hit_rate:.0f}%, TTFT {p.ttft_off_s:.2f} -> {p.ttft_on_s:.2f} s"
+            f"{vllm}")
+
+
 def _peak(m: r.MultiUserLoad) -> str:
     measured = [lv for lv in m.levels if lv.throughput_tok_s]
     if not measured:
@@ -114,6 +121,10 @@ STEPS: list[Step] = [
          _own_engine, quick_args=("--requests", "8", "--mean-output", "8"),
          figures=(("", figures.batching_timeline), ("phases", figures.step_phases)),
          own_engines=True),
+    # task 10 starts the lab's server itself, prefix caching on then off, and stops it after
+    Step("task_10_prefix_caching.py", "10", "Prefix caching", r.PrefixCaching, _prefix,
+         args=("--port", PORT), quick_args=("--requests", "8", "--output", "4"),
+         figures=(("", figures.shared_pages),), own_engines=True),
 ]
 
 # Not a step `make lab` runs as a script (lab.py calls it at the end), but a section of the

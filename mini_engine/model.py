@@ -15,7 +15,6 @@ model loads (mini_engine/linear.py): the maths is the same, the speed is the mac
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from common.shape import ModelShape, read_config, torch_dtype
 from mini_engine import linear as lin
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -110,19 +109,17 @@ class Llama:
                  linear: str = "auto"):
         """batch_sizes: the rows a step will have (1 and the engine's cap), at which the linear
         layers' kernels are measured; linear: "auto" (measure) or one kernel label for all."""
-        config = json.loads((Path(folder) / "config.json").read_text())
+        config = read_config(folder)
         # transformers 5 writes rope_parameters; older configs rope_theta and rope_scaling
         rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta", 10000.0),
                                                  "rope_type": (config.get("rope_scaling") or
                                                                {}).get("rope_type", "default")}
         if rope.get("rope_type", "default") != "default":
             raise ValueError(f"mini_engine runs plain RoPE only, not {rope['rope_type']!r}")
-        self.config = config
-        self.dtype = DTYPES[dtype]
-        self.num_layers = config["num_hidden_layers"]
-        self.num_heads = config["num_attention_heads"]
-        self.num_kv_heads = config.get("num_key_value_heads") or self.num_heads
-        self.head_dim = config.get("head_dim") or config["hidden_size"] // self.num_heads
+        self.config, self.shape, self.dtype_name = config, ModelShape.from_config(config), dtype
+        self.dtype = torch_dtype(dtype)
+        self.num_layers, self.num_heads = self.shape.num_layers, self.shape.num_heads
+        self.num_kv_heads, self.head_dim = self.shape.num_kv_heads, self.shape.head_dim
         self.eps = config["rms_norm_eps"]
         w = {}
         for path in sorted(Path(folder).glob("*.safetensors")):
@@ -178,8 +175,7 @@ class Llama:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        # 2 (K,V) x layers x KV heads x head_dim x bytes (SmolLM fp32: 2 x 30 x 3 x 64 x 4 = 46,080)
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.embed.element_size()
+        return self.shape.kv_bytes_per_token(self.dtype_name)   # SmolLM fp32: 46,080 B
 
     def allocate_kv_cache(self, num_pages: int, page_size: int) -> None:
         """One pool per layer, K and V side by side: [num_pages, page_size, 2, kv_heads, head_dim]

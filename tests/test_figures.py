@@ -164,6 +164,14 @@ def save_hand_results() -> dict[str, dict]:
                    for b, m in (("1", 0.070), ("2", 0.080))},
         "machine": {"kernel_floor_s": {"1": 0.065, "2": 0.072}, "weight_read_s": 0.027,
                     "weight_bytes": 538_000_000, "bandwidth_bytes_s": 20e9}})
+    # task 10: two requests sharing pages 0 and 1 at the peak, each with one page of its own:
+    # 4 pages held where unshared tables would hold 3 + 3 = 6
+    peak = {"step": 3, "pages_held": 4, "pages_unshared": 6, "running": 2,
+            "tables": {"0": [0, 1, 2], "1": [0, 1, 3]},
+            "ref_counts": {"0": 2, "1": 2, "2": 1, "3": 1}}
+    results.save("task_10_prefix_caching", COMMON | {
+        "hit_rate": 32 / 70, "ttft_off_s": 0.5, "ttft_on_s": 0.3,
+        "mini_engine": [{"peak_pages": 6, "peak": None}, {"peak_pages": 4, "peak": peak}]})
     res = figures.load_results()
     cost = rl.model_cost(SMOL, "float32", 4)
     machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
@@ -190,12 +198,13 @@ def test_roofline_points_label_every_measured_step():
 # --- every registered figure, from the saved results ----------------------------------------------
 def test_the_report_page_and_the_figures_follow_the_steps_list():
     assert html_report.step_names() == [Path(c[0]).stem for c in lab.steps(8000)] + ["summary"]
-    # the figures issue 19 asks for: tasks 3, 4, 6, 7, 9 (two) and the summary's roofline
+    # the figures issue 19 asks for: tasks 3, 4, 6, 7, 9 (two), 10 and the summary's roofline
     assert {step.name: [suffix for suffix, _ in step.figures]
             for step in [*steps.STEPS, steps.SUMMARY] if step.figures} == {
         "task_3_kv_cache_problem": [""], "task_4_paged_attention": [""],
         "task_6_multi_user_load": [""], "task_7_tuning": [""],
-        "task_9_build_your_own_engine": ["", "phases"], "summary": [""]}
+        "task_9_build_your_own_engine": ["", "phases"], "task_10_prefix_caching": [""],
+        "summary": [""]}
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +220,7 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption(model_args):
     registry = {name: steps.figures_of(name) for name in steps.report_names()}
     for name, entries in registry.items():
         if name not in res:
-            continue   # task 10: not in the lab yet
+            continue   # a step without a figure
         for suffix, draw in entries:
             fig = draw(res)
             assert fig is not None, (name, suffix)
@@ -226,7 +235,7 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption(model_args):
                         (name, suffix, ax.get_title())
             figures._plt().close(fig)
             drawn += 1
-    assert drawn == sum(len(e) for n, e in registry.items() if n in res) == 7
+    assert drawn == sum(len(e) for n, e in registry.items() if n in res) == 8
 
 
 def test_what_the_load_and_tuning_figures_plot():
@@ -284,7 +293,7 @@ def test_report_page_from_a_few_results(model_args, capsys):
     assert "Memory utilization:" in page
     assert "No report text saved" in page                  # task 6: a result without its text
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 6                                # tasks 3, 6, 7, 9 (2), summary
+    assert len(images) == 7                                # tasks 3, 6, 7, 9 (2), 10, summary
     assert all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert "src=\"http" not in page and "href=\"http" not in page   # opens offline
 
@@ -306,7 +315,7 @@ def test_report_page_in_a_real_browser(model_args, tmp_path, capsys):
         driver.set_window_size(1000, 1300)
         driver.get(page.as_uri())
         images = driver.find_elements(By.TAG_NAME, "img")
-        assert len(images) == 7
+        assert len(images) == 8
         widths = [driver.execute_script("return arguments[0].complete && "
                                         "arguments[0].naturalWidth", img) for img in images]
         assert all(w and w > 0 for w in widths), widths

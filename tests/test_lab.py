@@ -45,8 +45,8 @@ def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
         ["task_5_api_server.py", "--port", "8123"], ["task_6_multi_user_load.py", "--port", "8123"],
         ["task_7_tuning.py", "--port", "8123"],
         ["task_8_dashboard.py", "--once", "--load", "20", "--max-tokens", "20",
-         "--server-port", "8123"]]
-    assert lab.OWN_ENGINES == {"task_9_build_your_own_engine.py"}
+         "--server-port", "8123"], ["task_10_prefix_caching.py", "--port", "8123"]]
+    assert lab.OWN_ENGINES == {"task_9_build_your_own_engine.py", "task_10_prefix_caching.py"}
 
 
 @pytest.mark.real_model
@@ -69,11 +69,13 @@ def test_the_whole_lab_on_the_real_model(real_model):
                                                "--server-port", str(port)]
         assert args["task_9_build_your_own_engine.py"] == ["--requests", "8",
                                                            "--mean-output", "8"]
+        assert args["task_10_prefix_caching.py"] == ["--port", str(port), "--requests", "8",
+                                                     "--output", "4"]
         assert [s["script"] for s in run["steps"]] == [
             "verify_environment.py", "task_1_hf_baseline.py", "task_2_vllm_inference.py",
             "task_3_kv_cache_problem.py", "task_4_paged_attention.py", "task_5_api_server.py",
             "task_6_multi_user_load.py", "task_7_tuning.py", "task_8_dashboard.py",
-            "task_9_build_your_own_engine.py"]
+            "task_9_build_your_own_engine.py", "task_10_prefix_caching.py"]
         for step in run["steps"]:
             assert step["exit_code"] == 0 and step["seconds"] > 0
             assert 0 < step["peak_memory_bytes"] < summary.MEMORY_BUDGET_BYTES, step
@@ -166,6 +168,22 @@ def test_the_whole_lab_on_the_real_model(real_model):
         assert t9["vllm"]["block_size"] == settings.BLOCK_SIZE
         assert t9["vllm"]["settings"]["max_num_seqs"] == t9["settings"]["max_batch"] == 16
         assert t9["engine_over_vllm"] > 0   # its arithmetic: tests/test_engine.py, by hand
+
+        # task 10: 8 chat requests share a 90-token prefix: 5 whole pages of 16 (80 tokens),
+        # computed by the first request, taken from the cache by the 7 others: 560 tokens, in
+        # mini_engine and in vLLM (its blocks are 16 tokens too); none with vLLM's cache off.
+        # Offline: the first request finds nothing, the second its 80 tokens, the first one again
+        # all its whole blocks but the last: floor((106 - 1) / 16) x 16 = 96 of its 106 tokens
+        t10 = saved_result("task_10_prefix_caching")
+        assert t10["shared_tokens"] == 90
+        assert t10["correct"]["num_identical"] == 8 and t10["correct"]["num_identical_hf"] == 3
+        assert [r["cached_prompt_tokens"] for r in t10["mini_engine"]] == [0, 560]
+        assert [r["cached_prompt_tokens"] for r in t10["control"]] == [0, 0]
+        assert [r["hits"] for r in t10["vllm"]] == [560, 0]
+        assert [r["succeeded"] for r in t10["vllm"]] == [8, 8]
+        assert {k: v["num_cached_tokens"] for k, v in t10["offline"].items()} == {
+            "first request": 0, "request 2": 80, "first request again": 96}
+        assert t10["offline"]["first request"]["prompt_tokens"] == 106
 
         s = saved_result("summary")
         assert all("not run yet" not in row["figure"] for row in s["rows"])

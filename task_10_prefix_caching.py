@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> dict:
     gc.collect()
     vllm = offline = None
     if not args.no_vllm:
-        progress("Part 4: vLLM's server, cache on and off; LLM.generate...")
+        progress("Part 4: vLLM's server, cache on, then off; offline...")
         vllm, offline = measure_vllm(model_choice, dtype.dtype, chat, args, max_len)
     progress("done")
 

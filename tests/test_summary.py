@@ -243,6 +243,9 @@ def save_lab_results(model: str = "SmolLM2-135M-Instruct", dtype: str = "bfloat1
     results.save("task_9_build_your_own_engine", common | {
         "correctness": {"num_identical": 8, "num_prompts": 8},
         "continuous_over_static": 1.654, "engine_over_vllm": 1.306})
+    results.save("task_10_prefix_caching", common | {
+        "hit_rate": 2480 / 3364, "ttft_off_s": 2.22, "ttft_on_s": 1.05,
+        "vllm_hit_rate": 2480 / 3364})
 
 
 def test_summary_rows_from_saved_results():
@@ -261,6 +264,8 @@ def test_summary_rows_from_saved_results():
         ("7", "Parameter tuning", "A 149.3 / B 142.3 / C 91.5 tok/s"),
         ("8", "Dashboard over /metrics", "20 sent: 8 running, 12 waiting, 61.0 tok/s, KV 36%"),
         ("9", "Engine built from scratch", "8/8 = HF, 1.65x static, 1.31x vLLM"),
+        # 2,480 of 3,364 prompt tokens from the cache: 73.7%, shown as 74%
+        ("10", "Prefix caching", "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"),
     ]
     assert "Model, dtype:                     SmolLM2-135M-Instruct, bfloat16" in proc.stdout
     assert "Cores (threads):                  2 (this machine)" not in proc.stdout

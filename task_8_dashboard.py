@@ -136,19 +136,29 @@ def describe_cache(labels: dict) -> str:
 
 
 def snapshot_once(args, srv, first: metrics.Snapshot, title: str = "") -> dict:
-    """--once: a second read after one interval gives the rates of right now."""
-    time.sleep(args.interval)
-    _, second = read_metrics(srv)
+    """--once: a second read after one interval gives the rates of right now. The batch (running,
+    waiting, KV-cache usage) is read at its fullest during the interval: a load of short requests
+    can finish its first wave within one interval, and the read after it would show the next
+    wave still being admitted."""
+    second, busiest = first, first
+    deadline = time.monotonic() + args.interval
+    while time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        _, second = read_metrics(srv)
+        if (second.running, second.waiting) > (busiest.running, busiest.waiting):
+            busiest = second
     now = metrics.window(first, second)
     report.section(f"{title}LAST {now.seconds:.1f} s" if now else f"{title}LAST INTERVAL")
     if now is None:
         report.note("The server restarted between the two reads; run again.")
     else:
         report.row("Generation tokens/s", f"{now.tokens_per_s:.1f}")
-        report.row("Requests running / waiting", f"{second.running} / {second.waiting}")
-        report.row("KV-cache usage (%)", _percent(second.kv_usage))
+        report.row("Requests running / waiting", f"{busiest.running} / {busiest.waiting}")
+        report.row("KV-cache usage (%)", _percent(busiest.kv_usage))
         report.row("Prefix-cache hit rate (%)", _hit_rate(now.prefix_hit_rate))
     snapshot = {k: v for k, v in vars(second).items() if k != "time_s"}   # a monotonic clock
+    snapshot |= {"running": busiest.running, "waiting": busiest.waiting,
+                 "kv_usage": busiest.kv_usage}
     return {"snapshot": snapshot | {"mean_ttft_s": second.mean_ttft_s,
                                     "mean_e2e_s": second.mean_e2e_s},
             "last_interval": vars(now) if now else None}

@@ -202,6 +202,11 @@ def test_once_prints_and_saves_a_snapshot(slow_server):
     # the insight says what the idle snapshot shows, not a claim about a batch it did not see
     assert "The server was idle at the snapshot (0 requests running)" in out
     assert "caps the batch" not in out and "capped the batch" not in out
+    # vLLM's prefix cache looked up every prompt token of the 3 requests and found none: their
+    # prompts ("User 1: ...", "User 2: ...") part ways within the first block of 16 tokens
+    prompt_tokens = sum(req.prompt_tokens for req in level.requests)
+    assert (r["snapshot"]["prefix_queries"], r["snapshot"]["prefix_hits"]) == (prompt_tokens, 0)
+    assert f"Prefix-cache hit rate since start (%): 0.0 (of {prompt_tokens} prompt tokens)" in out
 
 
 @pytest.mark.engine

@@ -92,7 +92,6 @@ class Workload:
     prompts: list[list[int]]            # token ids, as the tokenizer makes them from texts
     texts: list[str]                    # the same prompts as text, for the server
     shared_tokens: int                  # tokens every prompt starts with
-    dtype: str = ""                     # what parts 2-3 ran in
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -152,10 +151,6 @@ class EngineRun:
         return self.cached_prompt_tokens / self.prompt_tokens
 
 
-def p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
-
-
 def run_engine(model: Llama, eos_ids, workload: Workload, args, max_model_len: int,
                caching: bool, label: str) -> EngineRun:
     """Every request added at once, stepped to the end; the page tables kept at the step that
@@ -173,7 +168,8 @@ def run_engine(model: Llama, eos_ids, workload: Workload, args, max_model_len: i
     bm = eng.block_manager
     return EngineRun(label, seconds, len(seqs) * args.output / seconds, bm.num_query_tokens,
                      bm.num_hit_tokens, statistics.mean(s.ttft_s for s in seqs),
-                     p95([s.ttft_s for s in seqs]), max(s.num_pages_used for s in eng.steps),
+                     load.percentile([s.ttft_s for s in seqs], 95),
+                     max(s.num_pages_used for s in eng.steps),
                      sum(s.phases["scheduling"] for s in eng.steps), peak,
                      [s.output_ids for s in seqs])
 
@@ -235,18 +231,14 @@ class ServerRun:
     p95_ttft_s: float
     succeeded: int
     failed: int
-    queries: float | None       # change of vllm:prefix_cache_queries over the load (tokens)
-    hits: float | None          # change of vllm:prefix_cache_hits
+    queries: float              # change of vllm:prefix_cache_queries over the load (tokens)
+    hits: float                 # change of vllm:prefix_cache_hits
     startup_s: float | None
     errors: list = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float | None:
         return self.hits / self.queries if self.queries else None
-
-
-def counter(values: dict, name: str) -> float | None:
-    return values.get(f"{name}_total", values.get(name))
 
 
 def run_server(model_choice, dtype: str, workload: Workload, args, max_model_len: int,
@@ -259,18 +251,14 @@ def run_server(model_choice, dtype: str, workload: Workload, args, max_model_len
                                  enable_prefix_caching=caching)
     srv = server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
     load.run_level(srv.base_url, srv.model_name, [settings.PROMPT], 4)
-    before = metrics.parse(metrics.fetch(srv.base_url))
+    before = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
     level = load.run_level(srv.base_url, srv.model_name, workload.texts, args.output)
-    after = metrics.parse(metrics.fetch(srv.base_url))
-    deltas = {}
-    for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
-        old, new = counter(before, name), counter(after, name)
-        deltas[name] = None if old is None or new is None else new - old
+    after = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
     ttfts = [r.ttft_s for r in level.ok] or [0.0]
     return ServerRun("cache on" if caching else "cache off", level.throughput, level.duration_s,
-                     statistics.mean(ttfts), p95(ttfts), len(level.ok), level.num_failed,
-                     deltas["vllm:prefix_cache_queries"], deltas["vllm:prefix_cache_hits"],
-                     srv.startup_s, level.errors)
+                     statistics.mean(ttfts), load.percentile(ttfts, 95), len(level.ok),
+                     level.num_failed, after.prefix_queries - before.prefix_queries,
+                     after.prefix_hits - before.prefix_hits, srv.startup_s, level.errors)
 
 
 def offline_cached_tokens(model_path: str, dtype: str, workload: Workload, args,
@@ -347,9 +335,8 @@ def print_vllm(runs: list[ServerRun], offline: dict, workload: Workload, page_si
         ("TTFT mean (s)", *(f"{r.mean_ttft_s:.2f}" for r in runs)),
         ("TTFT p95 (s)", *(f"{r.p95_ttft_s:.2f}" for r in runs)),
         ("Tokens/s", *(f"{r.tokens_per_s:.1f}" for r in runs)),
-        ("Prefix cache hits (tokens)",
-         *("-" if r.hits is None else f"{r.hits:,.0f}" for r in runs)),
-        ("  of queries (tokens)", *("-" if r.queries is None else f"{r.queries:,.0f}" for r in runs)),
+        ("Prefix cache hits (tokens)", *(f"{r.hits:,.0f}" for r in runs)),
+        ("  of queries (tokens)", *(f"{r.queries:,.0f}" for r in runs)),
         ("Hit rate (/metrics)", *("-" if r.hit_rate is None else f"{100 * r.hit_rate:.1f}%"
                                   for r in runs)),
         ("Succeeded", *(f"{r.succeeded}/{r.succeeded + r.failed}" for r in runs))], [33, 16, 16])
@@ -368,7 +355,8 @@ def print_vllm(runs: list[ServerRun], offline: dict, workload: Workload, page_si
 
 
 def insights(correct: dict, runs: list[EngineRun], control: list[EngineRun],
-             workload: Workload, page_size: int, vllm: list[ServerRun] | None) -> list[str]:
+             workload: Workload, page_size: int, dtype: str,
+             vllm: list[ServerRun] | None) -> list[str]:
     off, on = runs
     n = correct["num_requests"]
     lines = [f"The cache changed no token: {n}/{n} requests identical in fp32"
@@ -376,9 +364,9 @@ def insights(correct: dict, runs: list[EngineRun], control: list[EngineRun],
              f"{n - correct['num_identical']} of {n} requests differ with the cache in fp32: a bug"]
     same = identical(off, on)
     if same < n:
-        lines.append(f"In {workload.dtype}, {same}/{n} matched; fp32 matched "
+        lines.append(f"In {dtype}, {same}/{n} matched; fp32 matched "
                      f"{correct['num_identical']}/{n}, so the difference is rounding (the same "
-                     f"K/V computed in another batch rounds differently in {workload.dtype}), "
+                     f"K/V computed in another batch rounds differently in {dtype}), "
                      "not the cache's bookkeeping")
     fewer = 100 * (1 - on.computed_prompt_tokens / off.computed_prompt_tokens)
     whole = workload.shared_tokens // page_size * page_size
@@ -478,7 +466,6 @@ def main(argv: list[str] | None = None) -> dict:
     progress("Parts 2-3: mini_engine, cache off and on...")
     model = Llama(model_choice.path, dtype.dtype, (1, args.max_batch))
     runs, ctrl = (off_and_on(model, eos_ids, w, args, max_len) for w in (chat, control))
-    chat.dtype = dtype.dtype
     del model   # vLLM's engines need the memory
     gc.collect()
     vllm = offline = None
@@ -492,7 +479,7 @@ def main(argv: list[str] | None = None) -> dict:
     print_measured(runs, ctrl)
     if vllm:
         print_vllm(vllm, offline, chat, args.page_size)
-    report.insight(insights(correct, runs, ctrl, chat, args.page_size, vllm))
+    report.insight(insights(correct, runs, ctrl, chat, args.page_size, dtype.dtype, vllm))
     data = result(args, max_len, chat, correct, runs, ctrl, vllm, offline)
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     figures.saved(results.save(SCRIPT, header, results.PrefixCaching.from_dict(data)))

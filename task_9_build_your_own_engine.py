@@ -151,10 +151,6 @@ class PolicyRun:
     num_preemptions: int
 
 
-def p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
-
-
 def run_policy(model: Llama, eos_ids, workload: list[Request], args, label: str, policy: str,
                pad_finished: bool = True) -> tuple[PolicyRun, LLMEngine]:
     eng = new_engine(model, eos_ids, args, policy, pad_finished)
@@ -168,7 +164,8 @@ def run_policy(model: Llama, eos_ids, workload: list[Request], args, label: str,
     pages_per_request = kv.cdiv(settings.MAX_MODEL_LEN, args.page_size)
     return PolicyRun(
         label, num_tokens / seconds, seconds, num_tokens,
-        statistics.mean(s.latency_s for s in seqs), p95([s.latency_s for s in seqs]),
+        statistics.mean(s.latency_s for s in seqs),
+        load.percentile([s.latency_s for s in seqs], 95),
         statistics.mean(s.ttft_s for s in seqs), len(eng.steps),
         num_tokens / (args.max_batch * len(eng.steps)),
         max(st.num_pages_used for st in eng.steps),

@@ -76,6 +76,17 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
                          ttft if ttft is not None else latency, latency)
 
 
+def percentile(values: list[float], pct: float) -> float:
+    """The pct-th percentile (0.0 for no values), by linear interpolation between the closest
+    ranks, as numpy.percentile and `vllm bench serve` take it."""
+    values = sorted(values)
+    if not values:
+        return 0.0
+    k = (len(values) - 1) * pct / 100
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
 @dataclass
 class LevelResult:
     """num_users requests sent at once, one per user."""
@@ -105,13 +116,7 @@ class LevelResult:
         return statistics.fmean(values) if values else 0.0
 
     def latency_percentile(self, pct: float) -> float:
-        values = sorted(r.latency_s for r in self.ok)
-        if not values:
-            return 0.0
-        # linear interpolation between closest ranks, as numpy.percentile (vllm bench serve)
-        k = (len(values) - 1) * pct / 100
-        lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-        return values[lo] + (values[hi] - values[lo]) * (k - lo)
+        return percentile([r.latency_s for r in self.ok], pct)
 
     @property
     def errors(self) -> list[str]:

@@ -84,7 +84,7 @@ class LLMEngine:
         """One forward over every scheduled request; returns the requests that finished."""
         start = time.perf_counter()
         seqs = self.scheduler.schedule()
-        num_live = sum(not s.is_padding for s in seqs)
+        num_live = self.scheduler.num_live
         # padding as scheduled: a request that finishes in this step made its token here
         padding_ids = tuple(s.seq_id for s in seqs if s.is_padding)
         if num_live == 0:   # a step that keeps no token can only repeat itself: never spin

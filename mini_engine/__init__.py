@@ -3,21 +3,34 @@
 A few hundred lines that do on a CPU what vLLM does: a request's KV cache lives in fixed-size
 pages handed out as it grows (the page allocator of task 4, running for real), the model reads
 the cache through each request's page table, and a scheduler refills a finished request's batch
-slot at the next step. Read it in the order a request travels:
+slot at the next step. It imports torch, safetensors and the standard library, nothing of the
+lab, so it can be read, copied and tested on its own. Read it in the order a request travels:
 
+    config.py         EngineConfig: every setting of the engine, checked when it is made
     sequence.py       a request: its tokens, its page table, its state and its clock
-    block_manager.py  pages of the KV cache handed to requests (common/kv.py's PageAllocator)
+    block_manager.py  pages of the KV cache handed to requests, shared by equal prefixes
     scheduler.py      who runs this step: continuous or static batching, preemption
     model.py          the Llama forward of SmolLM, its KV cache one paged pool per layer
+    linear.py         how its linear layers are handed to the matmul library, measured here
     sampler.py        the next token: greedy, or temperature with a seeded generator
-    engine.py         add_request / step / run, with per-request and per-step timing
+    engine.py         add_request / step / run: schedule, run the model, postprocess
+    profiler.py       where a step's time goes, phase by phase, for a caller who asks
+
+    model = Llama(folder, "bfloat16")
+    model.choose_kernels((1, 16))          # the warm-up: fastest kernels here (optional, ~1 s)
+    engine = LLMEngine(model, eos_token_ids(folder), EngineConfig(kv_bytes=128 << 20))
+    engine.add_request(prompt_ids, max_tokens=16)
+    engine.run()
 
 No vLLM or transformers modelling code runs here: the weights are read from the model folder's
 safetensors files and every layer is written out (task 9 proves it token-identical to
 transformers' greedy decoding).
 """
-from mini_engine.engine import LLMEngine, StepStats
+from mini_engine.config import EngineConfig
+from mini_engine.engine import LLMEngine, StepStats, eos_token_ids
 from mini_engine.model import Llama
+from mini_engine.profiler import PHASES, StepProfiler
 from mini_engine.sequence import Sequence, State
 
-__all__ = ["LLMEngine", "Llama", "Sequence", "State", "StepStats"]
+__all__ = ["EngineConfig", "LLMEngine", "Llama", "PHASES", "Sequence", "State", "StepProfiler",
+           "StepStats", "eos_token_ids"]

@@ -32,8 +32,16 @@ import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from common.kv import OutOfPages, cdiv
 from mini_engine.sequence import Sequence
+
+
+def cdiv(a: int, b: int) -> int:
+    """Pages of b tokens that a tokens need: ceil(a / b), in integers."""
+    return -(-a // b)
+
+
+class OutOfPages(Exception):
+    """Every page is in use (the scheduler checks first, so this is a bug when it is raised)."""
 
 
 @dataclass

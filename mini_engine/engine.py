@@ -1,26 +1,32 @@
-"""The engine: add_request, step, run. One step = schedule, compute every scheduled request's
-new tokens in one forward, sample, then hand each token to its request.
+"""The engine: add_request, step, run. A step is nano-vllm's three moves: schedule (who runs this
+step, their pages), run the model (one forward over every scheduled request's new tokens, then
+each one's next token sampled), postprocess (each token handed to its request; the finished ones
+leave).
 
 Its KV budget is given in bytes, as vLLM's kv_cache_memory_bytes, and cut into whole pages of
 the model's KV bytes per token x page_size (task 2 shows vLLM doing the same with its blocks).
+
+Two things are the caller's to ask for, because they cost time: the linear layers' kernel choice
+(model.choose_kernels, a warm-up of about a second; until then they run F.linear), and the
+time of each phase of a step (a StepProfiler, mini_engine/profiler.py). Without one an engine
+records each step's rows, tokens, pages and seconds.
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from common.kv import cdiv
-from mini_engine.block_manager import BlockManager
-from mini_engine.model import Llama, make_batch
+from mini_engine.block_manager import BlockManager, cdiv
+from mini_engine.config import EngineConfig
+from mini_engine.model import Llama, RequestChunk, make_batch
+from mini_engine.profiler import NoProfiler, StepProfiler
 from mini_engine.sampler import Sampler
 from mini_engine.scheduler import Scheduler
 from mini_engine.sequence import Sequence
-
-PHASES = ("matmul", "attention", "forward_other", "sampling", "scheduling")
 
 
 @dataclass
@@ -30,9 +36,9 @@ class StepStats:
     num_tokens: int         # tokens computed (prefill and decode)
     num_pages_used: int
     seconds: float
-    phases: dict            # phase -> seconds (PHASES)
     seq_ids: tuple = ()     # the request of each row computed this step, in batch order
     padding_ids: tuple = () # those of them that were padding rows (finished, output thrown away)
+    phases: dict = field(default_factory=dict)   # phase -> seconds (profiler.PHASES), if profiled
 
 
 def eos_token_ids(folder: str) -> list[int]:
@@ -47,32 +53,33 @@ def eos_token_ids(folder: str) -> list[int]:
 
 
 class LLMEngine:
-    def __init__(self, model: Llama, eos_ids: list[int], kv_bytes: int, page_size: int = 16,
-                 max_batch: int = 16, max_model_len: int = 128, policy: str = "continuous",
-                 pad_finished: bool = True, seed: int = 0, enable_prefix_caching: bool = False):
-        self.model = model
-        self.page_size = page_size
-        self.max_model_len = max_model_len
-        self.num_pages = kv_bytes // (model.kv_bytes_per_token * page_size)
-        if self.num_pages < cdiv(max_model_len, page_size):
-            raise ValueError(f"a KV budget of {kv_bytes:,} B holds {self.num_pages} pages of "
-                             f"{page_size} tokens: not one request of {max_model_len} tokens")
+    def __init__(self, model: Llama, eos_ids: list[int], config: EngineConfig,
+                 profiler: StepProfiler | None = None):
+        """eos_ids: the tokens that end a request (eos_token_ids(folder)); profiler: None, or a
+        StepProfiler that times the phases of every step."""
+        self.model, self.config = model, config
+        page_size = config.page_size
+        self.num_pages = config.kv_bytes // (model.kv_bytes_per_token * page_size)
+        if self.num_pages < cdiv(config.max_model_len, page_size):
+            raise ValueError(f"a KV budget of {config.kv_bytes:,} B holds {self.num_pages} pages "
+                             f"of {page_size} tokens: not one request of {config.max_model_len} "
+                             "tokens")
         # one page more than the budget's: a scratch page that static batching's padding rows
         # write into, so they never write into a page another request may share
         model.allocate_kv_cache(self.num_pages + 1, page_size)
         self.scratch_slot = self.num_pages * page_size
-        self.block_manager = BlockManager(self.num_pages, page_size, enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, max_batch, policy, pad_finished)
-        self.sampler = Sampler(eos_ids, seed)
+        self.block_manager = BlockManager(self.num_pages, page_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.sampler = Sampler(eos_ids, config.seed)
+        self.profiler = profiler or NoProfiler()
         self.sequences: list[Sequence] = []
         self.steps: list[StepStats] = []
-        self.start_s = time.perf_counter()
 
     def add_request(self, prompt_ids: list[int], max_tokens: int, min_tokens: int = 0,
                     temperature: float = 0.0) -> Sequence:
-        if len(prompt_ids) + max_tokens > self.max_model_len:
+        if len(prompt_ids) + max_tokens > self.config.max_model_len:
             raise ValueError(f"{len(prompt_ids)} prompt + {max_tokens} new tokens exceed "
-                             f"max_model_len {self.max_model_len}")
+                             f"max_model_len {self.config.max_model_len}")
         seq = Sequence(len(self.sequences), list(prompt_ids), max_tokens, min_tokens, temperature,
                        arrival_s=time.perf_counter())
         self.sequences.append(seq)
@@ -81,58 +88,73 @@ class LLMEngine:
 
     @torch.inference_mode()
     def step(self) -> list[Sequence]:
-        """One forward over every scheduled request; returns the requests that finished."""
+        """Schedule, run the model, postprocess; returns the requests that finished."""
         start = time.perf_counter()
+        self.profiler.start_step()
+        seqs = self.schedule()
+        self.profiler.mark("scheduled")
+        num_tokens, token_ids = self.run_model(seqs)
+        stats = self.stats_of(seqs, num_tokens)       # as scheduled, before the finished leave
+        finished = self.postprocess(seqs, token_ids)
+        phases = self.profiler.end_step()
+        self.steps.append(replace(stats, seconds=time.perf_counter() - start, phases=phases))
+        return finished
+
+    def schedule(self) -> list[Sequence]:
+        """The rows of this step (live and padding), their pages allocated."""
         seqs = self.scheduler.schedule()
-        num_live = self.scheduler.num_live
-        # padding as scheduled: a request that finishes in this step made its token here
-        padding_ids = tuple(s.seq_id for s in seqs if s.is_padding)
-        if num_live == 0:   # a step that keeps no token can only repeat itself: never spin
+        if all(s.is_padding for s in seqs):   # a step that keeps no token only repeats itself
             raise RuntimeError(self._stuck_message(seqs))
-        scheduled = time.perf_counter()
-        # a live request computes its tokens not yet cached (all of them after admission or
-        # preemption, else the last one); a padding row recomputes its last cached token
-        inputs = [(seq.token_ids[seq.num_cached - 1:seq.num_cached], seq.num_cached - 1,
-                   seq.page_table, self.scratch_slot)
-                  if seq.is_padding else
-                  (seq.token_ids[seq.num_cached:], seq.num_cached, seq.page_table, None)
-                  for seq in seqs]
-        self.model.times = dict.fromkeys(self.model.times, 0.0)
-        logits = self.model.forward(make_batch(inputs, self.page_size, self.model.heads_per_kv,
-                                               self.model.dtype))
-        forwarded = time.perf_counter()
-        next_ids = self.sampler(logits, [s.temperature for s in seqs],
-                                [len(s.output_ids) >= s.min_tokens for s in seqs])
-        sampled = time.perf_counter()
+        return seqs
+
+    def run_model(self, seqs: list[Sequence]) -> tuple[int, list[int]]:
+        """One forward over every row's new tokens, then each row's next token: (tokens
+        computed, one token id per row). A live request computes its tokens not yet cached (all
+        of them after admission or preemption, else the last one); a padding row recomputes its
+        last cached token, writing its K/V into the scratch slot."""
+        chunks = [RequestChunk(s.token_ids[s.num_cached - 1:s.num_cached], s.num_cached - 1,
+                               s.page_table, self.scratch_slot) if s.is_padding else
+                  RequestChunk(s.token_ids[s.num_cached:], s.num_cached, s.page_table)
+                  for s in seqs]
+        batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
+                           self.model.dtype)
+        logits = self.model.forward(batch, self.profiler)
+        self.profiler.mark("forwarded")
+        token_ids = self.sampler(logits, [s.temperature for s in seqs],
+                                 [len(s.output_ids) >= s.min_tokens for s in seqs])
+        self.profiler.mark("sampled")
+        return batch.num_rows, token_ids
+
+    def postprocess(self, seqs: list[Sequence], token_ids: list[int]) -> list[Sequence]:
+        """Each live row's token to its request (a padding row's is thrown away); the requests
+        that made their last token finish and leave (or stay as padding)."""
+        now = time.perf_counter()
         finished = []
-        for seq, token_id in zip(seqs, next_ids):
+        for seq, token_id in zip(seqs, token_ids):
             if seq.is_padding:
-                continue                               # the padding row's token is thrown away
+                continue
             seq.num_cached = seq.num_tokens
             self.block_manager.register_full_pages(seq, seq.num_cached)   # pages now full
             seq.output_ids.append(token_id)
             if seq.first_token_s is None:
-                seq.first_token_s = sampled
-            if (len(seq.output_ids) >= seq.max_tokens or seq.num_tokens >= self.max_model_len
+                seq.first_token_s = now
+            if (len(seq.output_ids) >= seq.max_tokens
+                    or seq.num_tokens >= self.config.max_model_len
                     or (token_id in self.sampler.eos_ids and len(seq.output_ids) >= seq.min_tokens)):
-                seq.finish_s = sampled
+                seq.finish_s = now
                 finished.append(seq)
-        num_pages_used = self.block_manager.num_used   # before the finished give theirs back
         for seq in finished:
             self.scheduler.finish(seq)
-        end = time.perf_counter()
-        matmul, attention = self.model.times["matmul"], self.model.times["attention"]
-        self.steps.append(StepStats(
-            num_rows=len(seqs), num_live=num_live,
-            num_tokens=sum(len(ids) for ids, _, _, _ in inputs), num_pages_used=num_pages_used,
-            seconds=end - start,
-            phases={"matmul": matmul, "attention": attention,
-                    "forward_other": forwarded - scheduled - matmul - attention,
-                    "sampling": sampled - forwarded,
-                    "scheduling": (scheduled - start) + (end - sampled)},
-            seq_ids=tuple(s.seq_id for s in seqs),
-            padding_ids=padding_ids))
         return finished
+
+    def stats_of(self, seqs: list[Sequence], num_tokens: int) -> StepStats:
+        """The step's record as scheduled: a request that finishes in this step made its token
+        here (so it is not padding yet), and its pages are still held."""
+        padding_ids = tuple(s.seq_id for s in seqs if s.is_padding)
+        return StepStats(num_rows=len(seqs), num_live=len(seqs) - len(padding_ids),
+                         num_tokens=num_tokens, num_pages_used=self.block_manager.num_used,
+                         seconds=0.0, seq_ids=tuple(s.seq_id for s in seqs),
+                         padding_ids=padding_ids)
 
     def _stuck_message(self, seqs: list[Sequence]) -> str:
         sched, pages = self.scheduler, self.block_manager

@@ -9,23 +9,47 @@ mask. Requests decoding one token and requests prefilling several attend in two 
 vLLM's attention backends split decode from prefill: a decode step pads no query.
 
 The weights come from the model folder's safetensors files (transformers' names, its formulas
-for RMSNorm and RoPE, so the tokens match it exactly). How the linear layers are handed to the
-matmul library (which kernel, q/k/v and gate/up fused or not) is measured on this CPU when the
-model loads (mini_engine/linear.py): the maths is the same, the speed is the machine's.
+for RMSNorm and RoPE, so the tokens match it exactly). The linear layers run F.linear until
+choose_kernels measures, on this CPU, which way of handing them to the matmul library is fastest
+(mini_engine/linear.py): the maths is the same, the speed is the machine's.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from common.shape import ModelShape, read_config, torch_dtype
 from mini_engine import linear as lin
 
+if TYPE_CHECKING:
+    from mini_engine.profiler import StepProfiler
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+# --- one step's inputs ---------------------------------------------------------------------------
+class RequestChunk(NamedTuple):
+    """The tokens one request computes in a step, from position start_pos, through its page
+    table. write_slot None: their K/V goes into the request's pages; else all into that one slot
+    (a padding row's scratch slot)."""
+    token_ids: list[int]
+    start_pos: int
+    page_table: list[int]
+    write_slot: int | None = None
+
+
+class GroupMember(NamedTuple):
+    """One request of an attention group: its rows [first_row, first_row + num_queries) of x."""
+    first_row: int
+    num_queries: int
+    start_pos: int
+    page_table: list[int]
 
 
 @dataclass
@@ -55,16 +79,15 @@ class Batch:
     num_rows: int
 
 
-def make_group(requests: list[tuple[int, int, int, list[int]]], page_size: int,
-               heads_per_kv: int, dtype: torch.dtype) -> Group:
-    """requests: (first row, new tokens, position of the first, page table) of each request."""
-    starts = torch.tensor([r[0] for r in requests])
-    lengths = torch.tensor([r[1] for r in requests])
-    first_pos = torch.tensor([r[2] for r in requests])
+def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
+               dtype: torch.dtype) -> Group:
+    starts = torch.tensor([m.first_row for m in members])
+    lengths = torch.tensor([m.num_queries for m in members])
+    first_pos = torch.tensor([m.start_pos for m in members])
     num_q, num_ctx = int(lengths.max()), int((first_pos + lengths).max())
     # slot of context position p = page_table[p // page_size] * page_size + p % page_size
-    num_pages = max(len(r[3]) for r in requests)
-    tables = torch.tensor([r[3] + [0] * (num_pages - len(r[3])) for r in requests])
+    num_pages = max(len(m.page_table) for m in members)
+    tables = torch.tensor([m.page_table + [0] * (num_pages - len(m.page_table)) for m in members])
     ctx_pos = torch.arange(num_ctx)
     ctx_pages = torch.clamp(ctx_pos // page_size, max=num_pages - 1)
     context_slots = tables[:, ctx_pages] * page_size + ctx_pos % page_size           # (B, L)
@@ -79,95 +102,123 @@ def make_group(requests: list[tuple[int, int, int, list[int]]], page_size: int,
     all_valid = bool(valid.all())
     return Group(rows.flatten(), context_slots.flatten(), mask,
                  None if all_valid else valid.flatten().nonzero().squeeze(1),
-                 rows[valid], len(requests), num_q, num_ctx)
+                 rows[valid], len(members), num_q, num_ctx)
 
 
-def make_batch(requests: list[tuple[list[int], int, list[int], int | None]], page_size: int,
-               heads_per_kv: int = 1, dtype: torch.dtype = torch.float32) -> Batch:
-    """requests: (new token ids, position of the first, page table, write slot) for each
-    request; write slot None: its K/V goes into its pages, else into that one slot."""
+def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1,
+               dtype: torch.dtype = torch.float32) -> Batch:
+    """Every request's chunk as rows of one batch, its K/V slots, and its attention group."""
     rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
-    for token_ids, start_pos, table, write_slot in requests:
-        (decode if len(token_ids) == 1 else prefill).append(
-            (len(rows_ids), len(token_ids), start_pos, table))
-        rows_ids += token_ids
-        for pos in range(start_pos, start_pos + len(token_ids)):
+    for chunk in chunks:
+        (decode if len(chunk.token_ids) == 1 else prefill).append(
+            GroupMember(len(rows_ids), len(chunk.token_ids), chunk.start_pos, chunk.page_table))
+        rows_ids += chunk.token_ids
+        for pos in range(chunk.start_pos, chunk.start_pos + len(chunk.token_ids)):
             rows_pos.append(pos)
-            rows_slot.append(table[pos // page_size] * page_size + pos % page_size
-                             if write_slot is None else write_slot)
+            rows_slot.append(chunk.page_table[pos // page_size] * page_size + pos % page_size
+                             if chunk.write_slot is None else chunk.write_slot)
     groups = [make_group(g, page_size, heads_per_kv, dtype) for g in (decode, prefill) if g]
-    last_rows = torch.tensor([len(r[0]) for r in requests]).cumsum(0) - 1
+    last_rows = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0) - 1
     return Batch(torch.tensor(rows_ids), torch.tensor(rows_pos), torch.tensor(rows_slot),
                  groups, last_rows, len(rows_ids))
 
 
-LAYER_KINDS = ("qkv", "o", "gate_up", "down", "lm_head")
+# --- the model -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LlamaShape:
+    """What the forward needs from config.json (SmolLM2-135M: hidden 576, 30 layers, 9 heads of
+    64, 3 KV heads, MLP 1536, vocab 49152, RMSNorm eps 1e-5, RoPE theta 100,000)."""
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+
+    @classmethod
+    def from_config(cls, config: dict) -> "LlamaShape":
+        # transformers 5 writes rope_parameters; older configs rope_theta and rope_scaling
+        rope = config.get("rope_parameters") or {
+            "rope_theta": config.get("rope_theta", 10000.0),
+            "rope_type": (config.get("rope_scaling") or {}).get("rope_type", "default")}
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"mini_engine runs plain RoPE only, not {rope['rope_type']!r}")
+        hidden, heads = config["hidden_size"], config["num_attention_heads"]
+        return cls(hidden, config["num_hidden_layers"], heads,
+                   config.get("num_key_value_heads") or heads,
+                   config.get("head_dim") or hidden // heads, config["intermediate_size"],
+                   config["vocab_size"], config["rms_norm_eps"], rope["rope_theta"],
+                   config["max_position_embeddings"])
+
+
+@dataclass
+class DecoderLayer:
+    """One decoder layer: attention then the MLP, each behind an RMSNorm, each added back to x."""
+    input_norm: torch.Tensor     # (C,) RMSNorm weight before attention
+    qkv: lin.Linear              # C -> (H + 2 KVH) * D: q, k and v
+    o: lin.Linear                # H * D -> C
+    post_norm: torch.Tensor      # (C,) RMSNorm weight before the MLP
+    gate_up: lin.Linear          # C -> 2 * I: gate and up
+    down: lin.Linear             # I -> C
+
+    LINEARS = ("qkv", "o", "gate_up", "down")
+
+
+LAYER_KINDS = (*DecoderLayer.LINEARS, "lm_head")
+
+
+def _apply(layer: lin.Linear, x: torch.Tensor) -> torch.Tensor:
+    """x (T, in) -> (T, out) through the layer's kernel."""
+    return layer(x)
 
 
 class Llama:
-    def __init__(self, folder: str, dtype: str = "float32", batch_sizes: tuple = (1, 16),
-                 linear: str = "auto"):
-        """batch_sizes: the rows a step will have (1 and the engine's cap), at which the linear
-        layers' kernels are measured; linear: "auto" (measure) or one kernel label for all."""
-        config = read_config(folder)
-        # transformers 5 writes rope_parameters; older configs rope_theta and rope_scaling
-        rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta", 10000.0),
-                                                 "rope_type": (config.get("rope_scaling") or
-                                                               {}).get("rope_type", "default")}
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"mini_engine runs plain RoPE only, not {rope['rope_type']!r}")
-        self.config, self.shape, self.dtype_name = config, ModelShape.from_config(config), dtype
-        self.dtype = torch_dtype(dtype)
+    def __init__(self, folder: str, dtype: str = "float32", *, linear: str = "F.linear"):
+        """dtype: "float32" or "bfloat16"; linear: the kernel every linear layer runs until
+        choose_kernels measures (a label of linear.py: "F.linear", "oneDNN packed, unfused"...)."""
+        self.config = json.loads((Path(folder) / "config.json").read_text())   # as read
+        self.shape = LlamaShape.from_config(self.config)
+        self.dtype_name, self.dtype = dtype, DTYPES[dtype]
         self.num_layers, self.num_heads = self.shape.num_layers, self.shape.num_heads
         self.num_kv_heads, self.head_dim = self.shape.num_kv_heads, self.shape.head_dim
-        self.eps = config["rms_norm_eps"]
+        self.eps = self.shape.rms_norm_eps
         w = {}
         for path in sorted(Path(folder).glob("*.safetensors")):
             w.update(load_file(path))
         w = {name.removeprefix("model."): t.to(self.dtype) for name, t in w.items()}
         self.embed = w["embed_tokens.weight"]                                  # (V, C)
         self.final_norm = w["norm.weight"]
-
-        def parts(i: int) -> dict[str, list[torch.Tensor]]:   # each layer kind's weight, in parts
-            p = f"layers.{i}."
-            return {"qkv": [w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"],
-                    "o": [w[p + "self_attn.o_proj.weight"]],
-                    "gate_up": [w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]],
-                    "down": [w[p + "mlp.down_proj.weight"]]}
-
-        lm_head = [w.get("lm_head.weight", self.embed)]                       # tied in SmolLM
-        layers = {kind: [parts(i)[kind] for i in range(self.num_layers)]
-                  for kind in LAYER_KINDS[:-1]} | {"lm_head": [lm_head]}
-        self.linear_batch_sizes = sorted(set(batch_sizes))
-        start = time.perf_counter()
-        if linear == "auto":
-            self.linear_choices, built = lin.choose(layers, self.dtype, self.linear_batch_sizes)
-            labels = {kind: c.chosen for kind, c in self.linear_choices.items()}
-        else:
-            self.linear_choices, labels = {}, dict.fromkeys(LAYER_KINDS, linear)
-            built = {kind: [lin.build(p, linear) for p in per_layer]
-                     for kind, per_layer in layers.items()}
-        self.linear_choice_s = time.perf_counter() - start
-        self.lm_head = built["lm_head"][0]
+        self.lm_head = lin.build([w.get("lm_head.weight", self.embed)], linear)   # tied in SmolLM
         self.layers = []
         for i in range(self.num_layers):
             p = f"layers.{i}."
-            self.layers.append({
-                "input_norm": w[p + "input_layernorm.weight"],
-                "post_norm": w[p + "post_attention_layernorm.weight"],
-                **{kind: built[kind][i] for kind in LAYER_KINDS[:-1]}})
-        self.linear_labels = labels
+            self.layers.append(DecoderLayer(
+                input_norm=w[p + "input_layernorm.weight"],
+                qkv=lin.build([w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"], linear),
+                o=lin.build([w[p + "self_attn.o_proj.weight"]], linear),
+                post_norm=w[p + "post_attention_layernorm.weight"],
+                gate_up=lin.build([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]],
+                                  linear),
+                down=lin.build([w[p + "mlp.down_proj.weight"]], linear)))
+        self.linear_labels = dict.fromkeys(LAYER_KINDS, linear)
+        self.linear_choices: dict[str, lin.Choice] = {}   # filled by choose_kernels
+        self.linear_batch_sizes: list[int] = []
+        self.linear_choice_s = 0.0
         # RoPE tables, as transformers computes them (float32, cat(freqs, freqs))
         d = self.head_dim
-        inv_freq = 1.0 / (rope["rope_theta"]
+        inv_freq = 1.0 / (self.shape.rope_theta
                           ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-        freqs = torch.arange(config["max_position_embeddings"]).float()[:, None] * inv_freq[None, :]
+        freqs = (torch.arange(self.shape.max_position_embeddings).float()[:, None]
+                 * inv_freq[None, :])
         emb = torch.cat([freqs, freqs], dim=-1)
         self.cos, self.sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
         half = d // 2
         self.sin_signed = torch.cat([-self.sin[:, :half], self.sin[:, half:]], dim=-1)
         self.kv_cache: list[torch.Tensor] = []
-        self.times = {"matmul": 0.0, "attention": 0.0}   # seconds, summed until read
 
     @property
     def heads_per_kv(self) -> int:
@@ -175,7 +226,29 @@ class Llama:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return self.shape.kv_bytes_per_token(self.dtype_name)   # SmolLM fp32: 46,080 B
+        """2 (K and V) x layers x KV heads x head_dim x bytes: SmolLM fp32 46,080 B, bf16 23,040."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype.itemsize
+
+    def choose_kernels(self, batch_sizes) -> dict[str, lin.Choice]:
+        """The warm-up: measure every candidate kernel of linear.py on this model's layers at
+        these batch sizes (the engine's: 1 and its cap) and rebuild each kind of layer with the
+        fastest. About a second on SmolLM-135M; the tokens do not change, only the speed."""
+        if self.linear_choices:
+            raise RuntimeError(f"kernels already chosen (at batch {self.linear_batch_sizes}); "
+                               "load the model again to choose anew")
+        start = time.perf_counter()
+        layers = {kind: [getattr(layer, kind).parts() for layer in self.layers]
+                  for kind in DecoderLayer.LINEARS} | {"lm_head": [self.lm_head.parts()]}
+        self.linear_batch_sizes = sorted(set(batch_sizes))
+        self.linear_choices, built = lin.choose(layers, self.dtype, self.linear_batch_sizes)
+        del layers
+        for i, layer in enumerate(self.layers):
+            for kind in DecoderLayer.LINEARS:
+                setattr(layer, kind, built[kind][i])
+        self.lm_head = built["lm_head"][0]
+        self.linear_labels = {kind: c.chosen for kind, c in self.linear_choices.items()}
+        self.linear_choice_s = time.perf_counter() - start
+        return self.linear_choices
 
     def allocate_kv_cache(self, num_pages: int, page_size: int) -> None:
         """One pool per layer, K and V side by side: [num_pages, page_size, 2, kv_heads, head_dim]
@@ -184,13 +257,6 @@ class Llama:
         self.kv_cache = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
 
     # --- the forward ------------------------------------------------------------------------
-    def linear(self, x: torch.Tensor, layer: lin.Linear) -> torch.Tensor:
-        """x (T, in) -> (T, out) through the kernel chosen for this layer kind at load."""
-        start = time.perf_counter()
-        y = layer(x)
-        self.times["matmul"] += time.perf_counter() - start
-        return y
-
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """x / sqrt(mean(x^2) + eps) * weight, in one call (transformers writes it out in five:
         the same in float32; in bfloat16 it rounds once where transformers rounds twice)."""
@@ -206,7 +272,6 @@ class Llama:
 
     def attention(self, layer: int, q, k, v, batch: Batch) -> torch.Tensor:
         """q (T, H, D), k and v (T, KVH, D) -> (T, H*D), each request over its own context."""
-        start = time.perf_counter()
         T, H, KVH, D = q.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         pool = self.kv_cache[layer].view(-1, 2, KVH, D)         # (slots, K/V, KVH, D)
         pool[:, 0].index_copy_(0, batch.slot_mapping, k)        # write through the slot mapping
@@ -224,28 +289,31 @@ class Llama:
             out = out.view(B, KVH, G, Q, D).permute(0, 3, 1, 2, 4).reshape(B * Q, H * D)
             outs.append(out if g.valid is None else out.index_select(0, g.valid))
         if len(outs) == 1 and outs[0].shape[0] == T:     # one group, its rows in order
-            result = outs[0]
-        else:
-            result = q.new_empty(T, H * D)
-            for g, out in zip(batch.groups, outs):
-                result.index_copy_(0, g.out_rows, out)
-        self.times["attention"] += time.perf_counter() - start
+            return outs[0]
+        result = q.new_empty(T, H * D)
+        for g, out in zip(batch.groups, outs):
+            result.index_copy_(0, g.out_rows, out)
         return result
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        """Logits (B, V) of each request's last row."""
+    def forward(self, batch: Batch, profiler: StepProfiler | None = None) -> torch.Tensor:
+        """Logits (B, V) of each request's last row. A profiler, if given, times the matmuls and
+        the attention (mini_engine/profiler.py); without one they run as they are."""
+        linear, attention = _apply, self.attention
+        if profiler is not None:
+            linear = profiler.timed("matmul", linear)
+            attention = profiler.timed("attention", attention)
         T, H, KVH, D = batch.num_rows, self.num_heads, self.num_kv_heads, self.head_dim
         x = self.embed[batch.input_ids]                                             # (T, C)
         cos = self.cos[batch.positions][:, None]
         sin = self.sin_signed[batch.positions][:, None]
         for i, layer in enumerate(self.layers):
-            h = self.rms_norm(x, layer["input_norm"])
-            qkv = self.linear(h, layer["qkv"]).view(T, H + 2 * KVH, D)
+            h = self.rms_norm(x, layer.input_norm)
+            qkv = linear(layer.qkv, h).view(T, H + 2 * KVH, D)
             qk = self.rope(qkv[:, :H + KVH], cos, sin)            # q and k heads rotated at once
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + KVH:]
-            x = x + self.linear(self.attention(i, q, k, v, batch), layer["o"])
-            h = self.rms_norm(x, layer["post_norm"])
-            gate, up = self.linear(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = x + self.linear(F.silu(gate) * up, layer["down"])                 # SwiGLU
+            x = x + linear(layer.o, attention(i, q, k, v, batch))
+            h = self.rms_norm(x, layer.post_norm)
+            gate, up = linear(layer.gate_up, h).chunk(2, dim=-1)
+            x = x + linear(layer.down, F.silu(gate) * up)                          # SwiGLU
         x = self.rms_norm(x[batch.last_rows], self.final_norm)                       # (B, C)
-        return self.linear(x, self.lm_head).float()                                  # (B, V)
+        return linear(self.lm_head, x).float()                                       # (B, V)

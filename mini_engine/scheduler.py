@@ -28,20 +28,16 @@ from __future__ import annotations
 from collections import deque
 
 from mini_engine.block_manager import BlockManager
+from mini_engine.config import EngineConfig
 from mini_engine.sequence import Sequence, State
-
-POLICIES = ("continuous", "static")
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_batch: int, policy: str = "continuous",
-                 pad_finished: bool = True):
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+    def __init__(self, config: EngineConfig, block_manager: BlockManager):
         self.block_manager = block_manager
-        self.max_batch = max_batch
-        self.policy = policy
-        self.pad_finished = pad_finished and policy == "static"
+        self.max_batch = config.max_batch
+        self.policy = config.policy          # checked by EngineConfig
+        self.pad_finished = config.pad_finished and config.policy == "static"
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []      # in admission order: the newest is last
         self.num_preemptions = 0

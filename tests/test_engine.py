@@ -1,16 +1,20 @@
 """Task 9's engine, built from scratch: token for token against transformers on the tiny model
 (tests/test_lab.py checks the real one, in task 9's own run), under preemption, the two batching
-policies on a workload worked out by hand, and task 9 end to end. Counts and tokens are
+policies on a workload worked out by hand, and task 9 end to end; then mini_engine on its own:
+it imports nothing of the lab, EngineConfig refuses a bad setting by name, building a model runs
+no kernel choice, the profiler changes what is recorded and never a token. Counts and tokens are
 asserted, never times."""
 from __future__ import annotations
 
+import re
 from argparse import Namespace
 
 import pytest
 
 import task_9_build_your_own_engine as task9
-from common import settings
-from mini_engine import LLMEngine, Llama, State
+from common import settings, steps
+from lessons import task_9_record
+from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.engine import eos_token_ids
 from tests.conftest import assert_fits, run_script, saved_result
 
@@ -39,8 +43,9 @@ def test_check_prompts_differ_in_length(tiny):
 def test_identical_to_transformers_on_the_tiny_model(tiny):
     folder, model, hf, tokenizer = tiny
     c = task9.check_correctness(model, eos_token_ids(folder), hf, tokenizer, engine_args())
-    assert c["mismatches"] == [] and c["num_identical"] == c["num_prompts"] == 8
-    assert c["steps"] == task9.CHECK_TOKENS     # all 8 prefilled in one step, then decoded together
+    assert c.mismatches == [] and c.num_identical == c.num_prompts == 8
+    assert c.num_steps == task9.CHECK_TOKENS    # all 8 prefilled in one step, then decoded together
+    assert c.num_new_tokens == task9.CHECK_TOKENS and len(set(c.num_prompt_tokens)) == 8
 
 
 def test_identical_under_preemption_and_every_page_comes_back(tiny):
@@ -50,8 +55,8 @@ def test_identical_under_preemption_and_every_page_comes_back(tiny):
 
     folder, model, hf, tokenizer = tiny
     page_bytes = model.kv_bytes_per_token * 16
-    eng = LLMEngine(model, eos_token_ids(folder), kv_bytes=10 * page_bytes, page_size=16,
-                    max_batch=8)
+    eng = LLMEngine(model, eos_token_ids(folder),
+                    EngineConfig(kv_bytes=10 * page_bytes, page_size=16, max_batch=8))
     prompts = [tokenizer(p)["input_ids"] for p in task9.CHECK_PROMPTS]
     seqs = [eng.add_request(ids, 32, min_tokens=32) for ids in prompts]
     while eng.scheduler.has_work:
@@ -81,8 +86,9 @@ def test_identical_under_preemption_and_every_page_comes_back(tiny):
 ])
 def test_policies_on_a_workload_worked_out_by_hand(tiny, policy, pad, rows):
     folder, model, _, tokenizer = tiny
-    eng = LLMEngine(model, eos_token_ids(folder), settings.KV_CACHE_BYTES, page_size=16,
-                    max_batch=2, policy=policy, pad_finished=pad)
+    eng = LLMEngine(model, eos_token_ids(folder),
+                    EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, page_size=16, max_batch=2,
+                                 policy=policy, pad_finished=pad))
     prompt = tokenizer("Hello there")["input_ids"]
     seqs = [eng.add_request(prompt, n, min_tokens=n) for n in (8, 1, 1, 1)]
     eng.run()
@@ -107,23 +113,29 @@ def test_a_policy_run_on_the_hand_workload(tiny, label, policy, pad, steps):
     run, _ = task9.run_policy(model, eos_token_ids(folder), workload, engine_args(max_batch=2),
                               label, policy, pad)
     assert (run.num_tokens, run.num_steps) == (11, steps)
-    assert run.slot_utilization == pytest.approx({9: 0.6111, 8: 0.6875}[steps], abs=1e-4)
-    assert (run.peak_pages, run.contiguous_pages, run.num_preemptions) == (2, 16, 0)
+    assert run.slot_utilization_fraction == pytest.approx({9: 0.6111, 8: 0.6875}[steps],
+                                                          abs=1e-4)
+    assert (run.peak_num_pages, run.contiguous_num_pages, run.num_preemptions) == (2, 16, 0)
+    assert run.label == label and run.tokens_per_s == pytest.approx(11 / run.duration_s)
 
 
 def test_the_ratios_task_9_saves_by_hand():
     # continuous 50 tok/s, static 40, vLLM 40: 50 / 40 = 1.25x static and 1.25x vLLM
+    # (a record without them saves neither: tests/test_task_9.py)
     def run(label, tokens_per_s):
-        return task9.PolicyRun(label, tokens_per_s, 1.0, 50, 0.1, 0.2, 0.05, 10, 0.5, 4, 16, 0)
+        return task_9_record.PolicyRun(label, tokens_per_s, 1.0, 50, 0.1, 0.2, 0.05, 10, 0.5, 4,
+                                       16, 0)
     runs = {"static": run("static", 40.0), "continuous": run("continuous", 50.0)}
+    vllm = task_9_record.VllmRun(1.25, 50, 40.0, 2, task_9_record.VllmSettings(
+        128, settings.KV_CACHE_BYTES, 16, True, "float32", 2), 16, 364)
+    assert task_9_record.ratios(runs, vllm) == (1.25, 1.25)
+    # static alone, vLLM against it: no continuous to compare, the engine's best is static
+    assert task_9_record.ratios({"static": runs["static"]}, vllm) == (None, 1.0)
+    assert task_9_record.ratios({"static": runs["static"]}, None) == (None, None)
     args = Namespace(requests=4, mean_output=8, seed=0, max_batch=2, page_size=16,
                      kv_bytes=1, policy="both")
-    data = task9.result(args, {}, runs, runs["continuous"], {"tokens_per_s": 40.0}, None, {}, {},
-                        {}, [], {})
-    assert (data["continuous_over_static"], data["engine_over_vllm"]) == (1.25, 1.25)
-    data = task9.result(args, {}, {"static": runs["static"]}, runs["static"], None, None, {},
-                        {}, {}, [], {})
-    assert "continuous_over_static" not in data and "engine_over_vllm" not in data
+    assert task_9_record.RunSettings.of(args) == task_9_record.RunSettings(
+        4, 8, 0, 2, 16, 1, settings.MAX_MODEL_LEN, "both", settings.TEMPERATURE)
 
 
 def test_workload_is_seeded_and_fits(tiny):
@@ -143,7 +155,7 @@ def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = saved_result("task_9_build_your_own_engine")
     assert r["correctness"]["num_identical"] == 8 and r["correctness"]["mismatches"] == []
-    lengths = r["workload_output_lengths"]
+    lengths = r["workload_num_output_tokens"]
     assert len(lengths) == 6
     policies = r["policies"]
     assert set(policies) == {"static", "static no-pad", "continuous"}
@@ -153,11 +165,20 @@ def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
     static_steps = max(lengths[:3]) + max(lengths[3:])
     assert policies["static"]["num_steps"] == policies["static no-pad"]["num_steps"] == static_steps
     assert policies["continuous"]["num_steps"] <= static_steps
-    assert r["vllm"] is None and r["transformers_static"] is None
+    assert "vllm" not in r and "transformers_static" not in r   # not measured: not saved
     assert "engine_over_vllm" not in r and "AGAINST THE REAL THING" not in proc.stdout
     assert set(r["phases"]) == {"1", "3"}
     assert "8/8 (every token" in proc.stdout
     assert_fits(proc.stdout)
+    # read back as the lab reads it: typed, each policy's timeline one entry a step
+    run = steps.by_name()["task_9_build_your_own_engine"].load()
+    assert isinstance(run, task9.OwnEngine) and run.vllm is None and set(run.phases) == {1, 3}
+    assert all(len(run.timelines[label].seq_ids) == p.num_steps
+               for label, p in run.policies.items())
+    assert run.linear_choices.batch_sizes == [1, 3]
+    assert all(set(c.chosen_s) == {1, 3} for c in run.linear_choices.layers.values())
+    assert task9.summary_row(run).startswith("8/8 = HF, ")
+    assert proc.stdout.count("Figure:") == 2 and "not drawn" not in proc.stdout   # both PNGs
 
 
 def test_task_9_with_a_pool_of_one_request_ends_under_every_policy(tiny_model):
@@ -173,8 +194,8 @@ def test_task_9_with_a_pool_of_one_request_ends_under_every_policy(tiny_model):
     r = saved_result("task_9_build_your_own_engine")
     policies = r["policies"]
     assert set(policies) == {"static", "static no-pad", "continuous"}
-    assert all(p["num_tokens"] == sum(r["workload_output_lengths"]) for p in policies.values())
-    assert all(p["peak_pages"] <= 8 for p in policies.values())
+    assert all(p["num_tokens"] == sum(r["workload_num_output_tokens"]) for p in policies.values())
+    assert all(p["peak_num_pages"] <= 8 for p in policies.values())
     assert sum(p["num_preemptions"] for p in policies.values()) > 0
 
 
@@ -241,15 +262,141 @@ def test_the_choice_is_the_fastest_measured_and_builds_back():
 
 
 def test_a_forced_kernel_makes_the_same_tokens_as_the_measured_choice(tiny):
-    folder, model, _, tokenizer = tiny
+    folder, _, _, tokenizer = tiny
+    chosen = Llama(folder)
+    chosen.choose_kernels((1, 4))                 # the warm-up, asked for
     forced = Llama(folder, linear="F.linear")
     assert set(forced.linear_labels.values()) == {"F.linear"} and forced.linear_choices == {}
-    assert set(model.linear_choices) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    assert set(chosen.linear_choices) == {"qkv", "o", "gate_up", "down", "lm_head"}
+    assert chosen.linear_batch_sizes == [1, 4] and chosen.linear_choice_s > 0
+    assert chosen.linear_labels == {k: c.chosen for k, c in chosen.linear_choices.items()}
+    assert all(set(c.chosen_s) == {1, 4} for c in chosen.linear_choices.values())
     outputs = []
-    for m in (model, forced):
-        eng = LLMEngine(m, eos_token_ids(folder), settings.KV_CACHE_BYTES, max_batch=4)
+    for m in (chosen, forced):
+        eng = LLMEngine(m, eos_token_ids(folder),
+                        EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, max_batch=4))
         seqs = [eng.add_request(tokenizer(p)["input_ids"], 12, min_tokens=12)
                 for p in task9.CHECK_PROMPTS[:4]]
         eng.run()
         outputs.append([s.output_ids for s in seqs])
     assert outputs[0] == outputs[1]
+
+
+# --- mini_engine on its own: no lab imports, one config, the warm-up and the profiler asked for --
+def test_mini_engine_imports_nothing_of_the_lab():
+    """mini_engine can be read, copied and tested on its own: importing it (every module) loads
+    nothing from common/."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys, mini_engine, mini_engine.linear, mini_engine.profiler; "
+            "lab = sorted(m for m in sys.modules if m == 'common' or m.startswith('common.')); "
+            "assert not lab, lab")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"kv_bytes": 0}, "EngineConfig.kv_bytes must be at least 1, not 0"),
+    ({"page_size": 0}, "EngineConfig.page_size must be at least 1, not 0"),
+    ({"max_batch": -2}, "EngineConfig.max_batch must be at least 1, not -2"),
+    ({"max_model_len": 0}, "EngineConfig.max_model_len must be at least 1, not 0"),
+    ({"policy": "fifo"}, "EngineConfig.policy 'fifo' is not one of continuous, static"),
+    ({"pad_finished": 1}, "EngineConfig.pad_finished must be bool, not 1"),
+    ({"enable_prefix_caching": "yes"}, "EngineConfig.enable_prefix_caching must be bool"),
+    ({"max_batch": True}, "EngineConfig.max_batch must be int, not True"),
+    ({"kv_bytes": 1.5e8}, "EngineConfig.kv_bytes must be int, not 150000000.0"),
+    ({"seed": None}, "EngineConfig.seed must be int, not None"),
+])
+def test_engine_config_refuses_a_bad_setting_by_name(overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        EngineConfig(**{"kv_bytes": settings.KV_CACHE_BYTES} | overrides)
+
+
+def test_engine_config_defaults_and_the_budget_check(tiny):
+    config = EngineConfig(kv_bytes=settings.KV_CACHE_BYTES)
+    assert (config.page_size, config.max_batch, config.max_model_len, config.policy,
+            config.pad_finished, config.seed, config.enable_prefix_caching) == \
+        (16, 16, 128, "continuous", True, 0, False)
+    model = tiny[1]
+    # the tiny model's fp32 KV is 1,024 B a token: 7 pages of 16 cannot hold 128 tokens (8 pages)
+    with pytest.raises(ValueError, match="holds 7 pages of 16 tokens: not one request of 128"):
+        LLMEngine(model, [], EngineConfig(kv_bytes=7 * 16 * model.kv_bytes_per_token))
+
+
+def test_building_a_llama_runs_no_kernel_choice(tiny_model, monkeypatch):
+    """The kernel choice is a warm-up the caller asks for: building a model only loads it, and
+    its layers run F.linear until choose_kernels."""
+    from mini_engine import linear as lin
+
+    def no_choice(*args, **kwargs):
+        raise AssertionError("the kernel choice ran while the model was built")
+
+    monkeypatch.setattr(lin, "choose", no_choice)
+    model = Llama(tiny_model)
+    assert model.linear_choices == {} and model.linear_choice_s == 0.0
+    assert set(model.linear_labels.values()) == {"F.linear"}
+    assert {layer.qkv.label for layer in model.layers} == {"F.linear"}
+    monkeypatch.undo()
+    model.choose_kernels((1, 2))
+    with pytest.raises(RuntimeError, match="kernels already chosen"):
+        model.choose_kernels((1, 2))
+
+
+def test_the_layers_are_typed_and_share_their_weights(tiny):
+    """Each decoder layer is a DecoderLayer with named fields; an F.linear layer's parts are views
+    of the weight it runs (rebuilding it for the choice copies nothing)."""
+    from mini_engine.model import DecoderLayer
+
+    model = tiny[1]
+    layer = model.layers[0]
+    assert isinstance(layer, DecoderLayer) and len(model.layers) == 2
+    q, k, v = layer.qkv.parts()
+    assert (q.shape, k.shape, v.shape) == ((128, 128), (64, 128), (64, 128))
+    assert q.data_ptr() == layer.qkv.prepared[0].data_ptr()
+    assert [p.shape for p in layer.gate_up.parts()] == [(256, 128), (256, 128)]
+
+
+def test_without_a_profiler_a_step_records_no_phases_and_the_same_tokens(tiny):
+    """A profiler changes what is recorded, never what is computed: with it every step has the
+    five phases (none negative, matmul and attention inside the step's seconds); without it none."""
+    from mini_engine import PHASES, StepProfiler
+
+    folder, model, _, tokenizer = tiny
+    outputs, engines = [], []
+    for profiler in (None, StepProfiler()):
+        eng = LLMEngine(model, eos_token_ids(folder),
+                        EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, max_batch=4),
+                        profiler=profiler)
+        seqs = [eng.add_request(tokenizer(p)["input_ids"], 6, min_tokens=6)
+                for p in task9.CHECK_PROMPTS[:4]]
+        eng.run()
+        outputs.append([s.output_ids for s in seqs])
+        engines.append(eng)
+    assert outputs[0] == outputs[1]
+    plain, profiled = engines
+    assert all(s.phases == {} and s.seconds > 0 for s in plain.steps)
+    for s in profiled.steps:
+        assert set(s.phases) == set(PHASES) and min(s.phases.values()) >= 0
+        assert sum(s.phases.values()) <= s.seconds
+    assert [(s.num_rows, s.num_tokens, s.seq_ids) for s in plain.steps] == \
+        [(s.num_rows, s.num_tokens, s.seq_ids) for s in profiled.steps]
+
+
+def test_without_onednn_the_choice_falls_back_to_the_public_kernels(monkeypatch):
+    """oneDNN's packed linear is two private torch ops: where they are missing (or refuse the
+    dtype), it is no candidate and the choice runs among F.linear and W @ x.T."""
+    import torch
+
+    from mini_engine import linear as lin
+
+    def missing(*args):
+        raise AttributeError("'_OpNamespace' 'mkldnn' object has no attribute '_linear_pointwise'")
+
+    monkeypatch.setattr(lin, "_packed_run", missing)
+    assert [k.name for k in lin.available_kernels(torch.float32)] == ["F.linear", "W @ x.T"]
+    choices, _ = lin.choose({"o": [[torch.randn(32, 32)]]}, torch.float32, [1], budget_s=0.003)
+    assert set(choices["o"].seconds) == {"F.linear", "W @ x.T"}

@@ -33,8 +33,8 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from common.kv import cdiv
-from mini_engine import LLMEngine, Llama, State
+from mini_engine import EngineConfig, LLMEngine, Llama, State
+from mini_engine.block_manager import cdiv
 
 MAX_MODEL_LEN = 40      # short, so a drawn workload fills a small pool quickly
 ROOMY_PAGES = 64        # the reference run: one request alone never preempted
@@ -57,8 +57,9 @@ def kv_bytes(model: Llama, num_pages: int, page_size: int) -> int:
 def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos: tuple) -> list:
     key = (prompt, max_tokens, min_tokens, eos)
     if key not in _alone:
-        eng = LLMEngine(model, list(eos), kv_bytes(model, ROOMY_PAGES, 16), page_size=16,
-                        max_batch=1, max_model_len=MAX_MODEL_LEN)
+        eng = LLMEngine(model, list(eos), EngineConfig(
+            kv_bytes=kv_bytes(model, ROOMY_PAGES, 16), page_size=16, max_batch=1,
+            max_model_len=MAX_MODEL_LEN))
         seq = eng.add_request(list(prompt), max_tokens, min_tokens)
         eng.run()
         _alone[key] = seq.output_ids
@@ -124,11 +125,11 @@ def room_for_running(eng: LLMEngine) -> bool:
 @given(case=cases())
 def test_scheduler_invariants(model, case):
     eos = () if case["eos_held_off"] else tuple(EOS_IDS)
-    eng = LLMEngine(model, list(eos), kv_bytes(model, case["num_pages"], case["page_size"]),
-                    page_size=case["page_size"], max_batch=case["max_batch"],
-                    max_model_len=MAX_MODEL_LEN, policy=case["policy"],
-                    pad_finished=case["pad_finished"],
-                    enable_prefix_caching=case["prefix_caching"])
+    eng = LLMEngine(model, list(eos), EngineConfig(
+        kv_bytes=kv_bytes(model, case["num_pages"], case["page_size"]),
+        page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
+        policy=case["policy"], pad_finished=case["pad_finished"],
+        enable_prefix_caching=case["prefix_caching"]))
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
     bound = sum(n for _, n in case["workload"])
@@ -162,8 +163,9 @@ def test_a_pool_of_one_request_with_more_requests_than_the_cap_ends(model, polic
     and none is free. It used to preempt the newest request, itself, leaving a batch of padding
     alone that static batching stepped for ever. Now the padding row goes first. Each request
     makes exactly its tokens, the ones it makes alone."""
-    eng = LLMEngine(model, [], kv_bytes(model, 3, 16), page_size=16, max_batch=2,
-                    max_model_len=MAX_MODEL_LEN, policy=policy, pad_finished=pad)
+    eng = LLMEngine(model, [], EngineConfig(kv_bytes=kv_bytes(model, 3, 16), page_size=16,
+                                            max_batch=2, max_model_len=MAX_MODEL_LEN,
+                                            policy=policy, pad_finished=pad))
     workload = [(tuple(range(100 + 30 * i, 120 + 30 * i)), 4) if i % 2 == 0 else
                 (tuple(range(100 + 30 * i, 110 + 30 * i)), 25) for i in range(6)]
     seqs = [eng.add_request(list(p), n, min_tokens=n) for p, n in workload]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine import LLMEngine, Llama
+from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.block_manager import BlockManager, page_hash
 from mini_engine.sequence import Sequence
 
@@ -92,8 +92,9 @@ def model(tiny_model):
 
 
 def run(model, prompts, caching: bool, max_batch: int = 4, num_pages: int = 40, **kw):
-    eng = LLMEngine(model, [], num_pages * PAGE * model.kv_bytes_per_token, page_size=PAGE,
-                    max_batch=max_batch, max_model_len=40, enable_prefix_caching=caching, **kw)
+    eng = LLMEngine(model, [], EngineConfig(
+        kv_bytes=num_pages * PAGE * model.kv_bytes_per_token, page_size=PAGE,
+        max_batch=max_batch, max_model_len=40, enable_prefix_caching=caching, **kw))
     seqs = [eng.add_request(p, 6, min_tokens=6) for p in prompts]
     eng.run()
     return eng, seqs

@@ -1,0 +1,39 @@
+"""Every setting of the engine in one dataclass (nano-vllm's config.py, vLLM's EngineArgs), checked
+once when it is made, so a bad value fails here with its name instead of deep inside a step."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+POLICIES = ("continuous", "static")     # mini_engine/scheduler.py says how they differ
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kv_bytes: int                       # KV-cache budget in bytes (vLLM's kv_cache_memory_bytes),
+                                        # cut into whole pages by the engine
+    page_size: int = 16                 # tokens per KV page (vLLM's block_size)
+    max_batch: int = 16                 # requests computed in one step (vLLM's max_num_seqs)
+    max_model_len: int = 128            # prompt + output tokens of one request, at most
+    policy: str = "continuous"          # "continuous" or "static" batching
+    pad_finished: bool = True           # static: a finished request stays in its batch as padding
+    seed: int = 0                       # of the sampler's generator (temperature > 0)
+    enable_prefix_caching: bool = False # share the KV pages of equal prompt prefixes (task 10)
+    # Room for what the next tasks add, each a field here with its check below:
+    # task 11, chunked prefill: max_num_batched_tokens (the token budget of one step) and
+    #   enable_chunked_prefill; task 12, speculative decoding: the proposer's settings
+    #   (e.g. num_speculative_tokens).
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            wanted = {"int": int, "str": str, "bool": bool}[f.type]
+            # bool is an int in Python: a flag passed as a count (or a count as a flag) is refused
+            if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+                raise ValueError(f"EngineConfig.{f.name} must be {f.type}, not {value!r}")
+        for name in ("kv_bytes", "page_size", "max_batch", "max_model_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be at least 1, not "
+                                 f"{getattr(self, name)}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"EngineConfig.policy {self.policy!r} is not one of "
+                             f"{', '.join(POLICIES)}")

@@ -2,14 +2,17 @@
 lab's vLLM server (API server, engine core holding the worker, resource tracker), also when an
 earlier task started it.
 
-Memory is PSS (proportional set size, /proc/<pid>/smaps_rollup): a page shared by two processes
-(torch's libraries in the API server and the engine core) counts half in each, so the sum over
-the processes is what they take together, which is what a 4 GB VM has to hold. RSS would count
-shared pages twice.
+Memory is PSS (proportional set size; psutil's memory_full_info().pss, which Linux reports in
+/proc/<pid>/smaps_rollup): a page shared by two processes (torch's libraries in the API server
+and the engine core) counts half in each, so the sum over the processes is what they take
+together, which is what a 4 GB VM has to hold. RSS would count shared pages twice. The process
+tree comes from psutil too (Process.children(recursive=True)).
 """
 from __future__ import annotations
 
 import os
+
+import psutil
 
 from common import server
 from common.poller import Poller
@@ -18,46 +21,32 @@ SAMPLE_INTERVAL_S = 0.25
 
 
 def pss_bytes(pid: int) -> int:
-    """PSS of one process (0 when it is gone or not readable); VmRSS where smaps_rollup is absent."""
-    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
-        try:
-            with open(path) as f:
-                for line in f:
-                    if line.startswith(key):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            continue
-    return 0
-
-
-def _stat(pid: str) -> tuple[int, int] | None:
-    """(parent pid, process group) of a process, from /proc/<pid>/stat."""
+    """PSS of one process (0 when it is gone or a zombie); its RSS where its PSS is not readable
+    (another user's process: smaps_rollup is private, the RSS is not)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[1]), int(fields[2])
-    except (OSError, IndexError, ValueError):
-        return None
+        process = psutil.Process(pid)
+        try:
+            return process.memory_full_info().pss
+        except psutil.AccessDenied:
+            return process.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return 0
 
 
 def step_pids(root: int, groups: set[int]) -> set[int]:
     """root and its descendants, plus every process in one of the given process groups."""
-    parents: dict[int, list[int]] = {}
-    pids = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        stat = _stat(name)
-        if stat is None:
-            continue
-        parents.setdefault(stat[0], []).append(int(name))
-        if stat[1] in groups:
-            pids.add(int(name))
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        pids.add(pid)
-        todo.extend(parents.get(pid, []))
+    pids = {root}
+    try:
+        pids.update(child.pid for child in psutil.Process(root).children(recursive=True))
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        pass   # root is gone: nothing of its tree is left to count
+    if groups:   # psutil has no process group: ask the OS for each process's
+        for pid in psutil.pids():
+            try:
+                if os.getpgid(pid) in groups:
+                    pids.add(pid)
+            except ProcessLookupError:   # ended since psutil listed it
+                continue
     return pids
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+import psutil
 import requests
 
 from common import settings
@@ -109,10 +110,10 @@ def _read_state(port: int) -> dict | None:
 def _is_lab_server(pid: int, port: int) -> bool:
     """The pid is alive and is the API server the lab started on this port (not a reused pid)."""
     try:
-        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-    except OSError:
-        return False
-    return b"vllm.entrypoints.openai.api_server" in cmdline and str(port).encode() in cmdline
+        cmdline = psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False   # gone, a zombie (no command line left), or not ours to read
+    return "vllm.entrypoints.openai.api_server" in cmdline and str(port) in cmdline
 
 
 def port_in_use(host: str, port: int) -> bool:

@@ -102,6 +102,8 @@ class Window:
     mean_e2e_s: float | None        # None: no request finished in the window
     prefix_hit_rate: float | None = None   # hits / queries of the prefix cache in the window
                                            # (None: no prompt was looked up in the window)
+    prefix_queries: float = 0.0     # prompt tokens looked up in the prefix cache in the window
+    prefix_hits: float = 0.0        # of them found cached
 
 
 def window(old: Snapshot, new: Snapshot) -> Window | None:
@@ -115,14 +117,15 @@ def window(old: Snapshot, new: Snapshot) -> Window | None:
     tokens = new.generation_tokens - old.generation_tokens
     num_first = int(new.ttft_count - old.ttft_count)
     num_finished = int(new.e2e_count - old.e2e_count)
+    queries = new.prefix_queries - old.prefix_queries
     return Window(seconds=seconds, generation_tokens=tokens, tokens_per_s=tokens / seconds,
                   num_first_tokens=num_first,
                   mean_ttft_s=(new.ttft_sum_s - old.ttft_sum_s) / num_first if num_first else None,
                   num_finished=num_finished,
                   mean_e2e_s=(new.e2e_sum_s - old.e2e_sum_s) / num_finished if num_finished else None,
-                  prefix_hit_rate=((new.prefix_hits - old.prefix_hits) / queries
-                                   if (queries := new.prefix_queries - old.prefix_queries) > 0
-                                   else None))
+                  prefix_hit_rate=(new.prefix_hits - old.prefix_hits) / queries
+                                  if queries > 0 else None,
+                  prefix_queries=queries, prefix_hits=new.prefix_hits - old.prefix_hits)
 
 
 def info_labels(text: str, name: str) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Task 8: the metrics parsing on /metrics texts captured from the real lab server (idle, with 12
-requests running, after they finished), the Monitor against a real HTTP endpoint that goes down
-and comes back, `--once`, and the page itself in a real headless Chromium against a real vLLM
+requests running, after they finished), its record and summary row, the Monitor
+(lessons/task_8_monitor.py) against a real HTTP endpoint that goes down and comes back, `--once`
+(its interval counting the load it reports), and the page itself in a real headless Chromium against a real vLLM
 server on the tiny model that the dashboard starts: load sent from the page, figures rising,
 the server stopped when the dashboard stops."""
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from common import metrics, monitor, server, settings
+from common import metrics, results, server, settings
+from lessons import task_8_monitor as monitor
+from lessons import task_8_report
 from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
 from tests.test_server_tasks import processes_on_port
 
@@ -48,6 +51,7 @@ def test_window_is_the_difference_of_two_snapshots():
     assert (w.num_first_tokens, w.num_finished, w.mean_e2e_s) == (12, 0, None)
     assert w.mean_ttft_s == (2.0723021030426025 - 0.1169729232788086) / 12
     assert w.prefix_hit_rate == 0.0         # 142 - 14 = 128 tokens looked up, 0 hits
+    assert (w.prefix_queries, w.prefix_hits) == (128.0, 0.0)
     later = dataclasses.replace(busy, time_s=2.0)     # no prompt looked up in between
     assert metrics.window(busy, later).prefix_hit_rate is None
     w = metrics.window(before, after)
@@ -67,16 +71,14 @@ def test_cache_config_labels_are_the_engines():
 
 
 def test_kv_capacity_is_described_without_a_false_equation():
-    import task_8_dashboard
-
     a = metrics.info_labels(AFTER, "vllm:cache_config_info")
-    assert task_8_dashboard.describe_cache(a) == (
+    assert task_8_report.describe_cache(a) == (
         "45 blocks of 128 tokens; engine: 5,760 tokens, 45.00x requests at max_model_len")
     # task 7's config B (max_model_len 64): the same 45 blocks, 2,880 tokens, 45 requests
     b = a | {"kv_cache_size_tokens": "2880"}
-    assert task_8_dashboard.describe_cache(b) == (
+    assert task_8_report.describe_cache(b) == (
         "45 blocks of 128 tokens; engine: 2,880 tokens, 45.00x requests at max_model_len")
-    assert task_8_dashboard.describe_cache({}) == ""
+    assert task_8_report.describe_cache({}) == ""
 
 
 def test_kv_usage_missing_or_under_its_older_name():
@@ -95,6 +97,36 @@ def test_histogram_buckets_are_not_taken_for_sums():
     values = metrics.parse(AFTER)
     assert values["vllm:e2e_request_latency_seconds_count"] == 14.0
     assert metrics.snapshot(AFTER, 0).e2e_count == 14.0
+
+
+# --- task 8's record: what --once saves, read back, and its row in the summary ----------------
+def test_the_record_reads_back_typed_and_gives_the_summary_row():
+    import task_8_dashboard as task8
+
+    before, busy = metrics.snapshot(BEFORE, 0.0), metrics.snapshot(BUSY, 1.5)
+    interval = task8.Interval.of(metrics.window(before, busy))
+    assert (interval.num_prefix_query_tokens, interval.num_prefix_hit_tokens) == (128, 0)
+    assert (interval.num_generation_tokens, interval.duration_s) == (265, 1.5)
+    assert interval.prefix_hit_fraction == 0.0 and interval.mean_e2e_s is None
+    snapshot = task8.Snapshot.of(busy, busy)
+    assert (snapshot.num_generation_tokens, snapshot.num_running, snapshot.num_waiting,
+            snapshot.num_finished, snapshot.num_prefix_query_tokens) == (365, 12, 0, 2, 142)
+    assert snapshot.kv_usage_fraction == 0.2727272727272727
+    load = task8.LoadSent(20, 19, 1, 50, 950, 260, 4.25, ["HTTP 500: boom"])
+    record = task8.Dashboard("http://127.0.0.1:8000", "reused", {"block_size": "16"}, snapshot,
+                             header=results.RunHeader("m", dtype="float32", threads=2),
+                             engine="max_num_seqs=8", last_interval=interval, load=load)
+    results.save("task_8_dashboard", record)
+    back = results.load("task_8_dashboard", task8.RECORD)
+    assert (back.snapshot, back.last_interval, back.load) == (snapshot, interval, load)
+    assert (back.base_url, back.server_state, back.engine, back.cache_config) == (
+        "http://127.0.0.1:8000", "reused", "max_num_seqs=8", {"block_size": "16"})
+    assert back.header.dtype == "float32" and isinstance(back.snapshot.num_running, int)
+    # the summary's cell, as common/steps.py wrote it before the record moved here
+    assert task8.summary_row(back) == "20 sent: 12 running, 0 waiting, 176.7 tok/s, KV 27%"
+    bare = dataclasses.replace(back, load=None, last_interval=None,
+                               snapshot=dataclasses.replace(snapshot, kv_usage_fraction=None))
+    assert task8.summary_row(bare) == "12 running, 0 waiting"
 
 
 # --- the Monitor against a real HTTP endpoint that serves the captured texts ----------------
@@ -152,17 +184,15 @@ def test_monitor_follows_the_server_down_and_back():
 
 
 def test_plot_frames_are_typed_and_hold_every_series():
-    """What the page's plots get (see task_8_dashboard.plot_frame): numbers as numbers even with
+    """What the page's plots get (see task_8_monitor.plot_frame): numbers as numbers even with
     no row yet, and every series in every frame, NaN where it has no value."""
-    import task_8_dashboard
-
     def point(t_s, ttft):
         return monitor.Point(t_s, None, 0, 0, None, ttft, None)
 
     columns = {"TTFT": "mean_ttft_s", "e2e": "mean_e2e_s"}
-    empty = task_8_dashboard.plot_frame([], columns)
+    empty = monitor.plot_frame([], columns)
     assert [str(t) for t in empty.dtypes] == ["float64", "float64", "str"]
-    frame = task_8_dashboard.plot_frame([point(0.5, None), point(1.5, 0.25)], columns)
+    frame = monitor.plot_frame([point(0.5, None), point(1.5, 0.25)], columns)
     assert list(frame["series"]) == ["TTFT", "e2e", "TTFT", "e2e"]
     assert frame["value"].isna().tolist() == [True, True, False, True]
     assert frame["value"][2] == 0.25 and frame["t (s)"].tolist() == [0.5, 0.5, 1.5, 1.5]
@@ -187,14 +217,14 @@ def test_once_prints_and_saves_a_snapshot(slow_server):
     from common import load
     port = slow_server
     level = load.run_level(f"http://127.0.0.1:{port}", "tiny", load.user_prompts(3), 7)
-    assert level.total_tokens == 21
+    assert level.num_output_tokens == 21
     proc = run_script("task_8_dashboard.py", "--once", "--server-port", str(port))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_fits(proc.stdout)
     r = saved_result("task_8_dashboard")
     assert r["server_state"] == "reused" and r["dtype"] == "float32"
-    assert r["snapshot"]["generation_tokens"] == 21 and r["snapshot"]["e2e_count"] == 3
-    assert r["snapshot"]["running"] == 0 and r["last_interval"]["tokens_per_s"] == 0
+    assert r["snapshot"]["num_generation_tokens"] == 21 and r["snapshot"]["num_finished"] == 3
+    assert r["snapshot"]["num_running"] == 0 and r["last_interval"]["tokens_per_s"] == 0
     assert r["cache_config"]["block_size"] == str(settings.BLOCK_SIZE)
     assert re.search(r"Generation tokens since start: +21\n", proc.stdout)
     out = " ".join(proc.stdout.split())
@@ -205,7 +235,8 @@ def test_once_prints_and_saves_a_snapshot(slow_server):
     # vLLM's prefix cache looked up every prompt token of the 3 requests and found none: their
     # prompts ("User 1: ...", "User 2: ...") part ways within the first block of 16 tokens
     prompt_tokens = sum(req.prompt_tokens for req in level.requests)
-    assert (r["snapshot"]["prefix_queries"], r["snapshot"]["prefix_hits"]) == (prompt_tokens, 0)
+    assert (r["snapshot"]["num_prefix_query_tokens"], r["snapshot"]["num_prefix_hit_tokens"]) == \
+        (prompt_tokens, 0)
     assert f"Prefix-cache hit rate since start (%): 0.0 (of {prompt_tokens} prompt tokens)" in out
 
 
@@ -219,14 +250,45 @@ def test_once_under_load_sees_the_batch(slow_server):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_fits(proc.stdout)
     r = saved_result("task_8_dashboard")
-    assert r["snapshot"]["running"] == 2 and r["snapshot"]["waiting"] > 0
-    assert r["last_interval"]["tokens_per_s"] > 0 and r["snapshot"]["kv_usage"] > 0
-    assert r["load"] | {"duration_s": 0} == {"sent": 20, "succeeded": 20, "failed": 0,
-                                              "max_tokens": 100, "total_tokens": 2_000,
-                                              "duration_s": 0}
+    assert r["snapshot"]["num_running"] == 2 and r["snapshot"]["num_waiting"] > 0
+    assert r["last_interval"]["tokens_per_s"] > 0 and r["snapshot"]["kv_usage_fraction"] > 0
+    assert r["load"]["num_prompt_tokens"] > 0
+    assert r["load"] | {"duration_s": 0, "num_prompt_tokens": 0} == {
+        "num_requests": 20, "num_succeeded": 20, "num_failed": 0, "max_tokens": 100,
+        "num_output_tokens": 2_000, "num_prompt_tokens": 0, "duration_s": 0, "errors": []}
     out = " ".join(proc.stdout.split())
-    assert f"max_num_seqs=2 capped the batch: 2 ran, {r['snapshot']['waiting']} waited" in out
+    assert f"max_num_seqs=2 capped the batch: 2 ran, {r['snapshot']['num_waiting']} waited" in out
     assert "2 requests ran as one batch at" in out
+
+
+@pytest.mark.engine
+def test_once_under_load_counts_the_prompts_of_its_load(slow_server):
+    """Issue 22, point 7: the snapshot's interval covers the load it reports. vLLM looks a
+    prompt up in its prefix cache when it schedules the request, so an interval that began once
+    the load was taken in saw none of it ('- (no prompt looked up)'). It begins before the first
+    request is sent: 2 requests, both running at once (max_num_seqs=2), so every prompt token
+    the server looked up during the run is in the interval's hit rate, and they are the load's."""
+    url = f"http://127.0.0.1:{slow_server}"
+    before = metrics.snapshot(metrics.fetch(url), 0)
+    proc = run_script("task_8_dashboard.py", "--once", "--load", "2", "--max-tokens", "100",
+                      "--interval", "0.5", "--server-port", str(slow_server))
+    after = metrics.snapshot(metrics.fetch(url), 0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_fits(proc.stdout)
+    queried, hits = (after.prefix_queries - before.prefix_queries,
+                     after.prefix_hits - before.prefix_hits)
+    assert queried > 0
+    out = " ".join(proc.stdout.split())
+    assert f"Prefix-cache hit rate (%): {100 * hits / queried:.1f} (of {queried:,.0f} prompt " \
+           f"tokens)" in out
+    assert "no prompt looked up" not in out
+    r = saved_result("task_8_dashboard")
+    interval = r["last_interval"]
+    assert (interval["num_prefix_query_tokens"], interval["num_prefix_hit_tokens"]) == \
+        (queried, hits)
+    assert interval["prefix_hit_fraction"] == hits / queried
+    assert r["load"]["num_prompt_tokens"] == queried      # the load's own 2 prompts, no other
+    assert r["load"]["num_requests"] == r["load"]["num_succeeded"] == 2
 
 
 @pytest.mark.engine
@@ -252,8 +314,11 @@ def test_task6_when_the_server_dies_mid_load(slow_server):
     assert err.strip().splitlines()[-1].startswith("ERROR: ") and \
         err.strip().splitlines()[-1].endswith(" request(s) failed (see the report above)")
     r = saved_result("task_6_multi_user_load")
-    assert r["levels"][0]["failed"] == 0 and r["levels"][1]["failed"] > 0
-    assert r["sequential"]["failed"] == 8                 # sent after the crash: all refused
+    first, second = r["levels"]                           # common.load.LoadLevel, saved
+    assert first["num_ok"] == first["num_users"] == 1     # none failed
+    assert second["num_users"] == 8 and second["num_ok"] < 8
+    assert (r["sequential"]["num_users"], r["sequential"]["num_ok"]) == (8, 0)   # sent after
+                                                          # the crash: all 8 refused
     assert "FAILED" in text and re.search(r"\n +8 +\d+ .* \d/8\n", text)
     deadline = time.monotonic() + 10     # a killed process of 1-2 GB takes a moment to be gone
     while processes_on_port(port) and time.monotonic() < deadline:
@@ -373,12 +438,10 @@ def test_dashboard_plots_in_a_real_browser(tmp_path):
     read as numbers with a visible line per series, and the latency plot's y range hold the
     mean latency the table shows. (Gradio keeps a plot's axes from its first frame: an untyped
     empty one gave the latency plot text axes and no line.)"""
-    import task_8_dashboard
-
     port, dashboard_port = server.free_port(), server.free_port()
     endpoint = MetricsEndpoint(port)
     watcher = monitor.Monitor(f"http://127.0.0.1:{port}", "m", interval_s=0.5).start()
-    demo = task_8_dashboard.build_ui(watcher, 10, refresh_s=0.5, engine="")
+    demo = monitor.build_ui(watcher, 10, refresh_s=0.5, engine="")
     driver = profile = None
     try:
         demo.launch(server_name="127.0.0.1", server_port=dashboard_port,

@@ -43,9 +43,10 @@ $(STAMP): requirements.txt requirements-model.txt
 model: setup
 	$(PY) -m common.model
 
-# verify_environment.py, tasks 1-7, task 8 --once, task 9, then the summary; times and peak memory
-# of every step go to results/lab_run.json. A lab server left from an earlier run is stopped
-# first, so every run measures from the same start.
+# Every step of common/steps.py in order (verify_environment.py, then each task; task 8 --once),
+# then the summary and results/report.html; times and peak memory of every step go to
+# results/lab_run.json. A lab server left from an earlier run is stopped first, so every run
+# measures from the same start.
 lab: setup
 	$(PY) lab.py
 

@@ -1,15 +1,16 @@
-"""The whole lab in one command (`make lab`): verify_environment.py, tasks 1-7, task 8's
-one-snapshot form and task 9, each run as a learner runs it, one after another, then the summary
-and results/report.html (common/html_report.py: every step's report and figures on one page).
-Each step's report goes to the terminal as it prints and to results/<script>.txt, for that page.
+"""The whole lab in one command (`make lab`): every step of common/steps.py, then the summary.
+The steps (verify_environment.py, then each task in order; task 8 in its one-snapshot form) run
+one after another, each as a learner runs it; results/report.html (common/html_report.py: every
+step's report and figures on one page) comes last. Each step's report goes to the terminal as it
+prints and to results/<script>.txt, for that page.
 
 Each step's wall time and peak memory (PSS of the script, its children and the lab's vLLM server,
-which tasks 5-8 share) are measured and saved to results/lab_run.json, for the summary. A lab
-server left from an earlier run is stopped first, so task 5 starts one and every step is measured
-from the same clean state. The lab stops at the first step that fails, says which, stops the
-vLLM server and exits 1. The server is stopped before task 9, which runs engines of its own
-(`make dashboard` starts one again); on Ctrl-C it is stopped. Task 8's snapshot is taken while
-20 requests run on the server task 7 left.
+which the server tasks share) are measured and saved to results/lab_run.json, for the summary. A
+lab server left from an earlier run is stopped first, so task 5 starts one and every step is
+measured from the same clean state. The lab stops at the first step that fails, says which,
+stops the vLLM server and exits 1. The server is stopped before each step that runs engines of
+its own (own_engines in common/steps.py; `make dashboard` starts one again); on Ctrl-C it is
+stopped. Task 8's snapshot is taken while 20 requests run on the server task 7 left.
 
     python lab.py [--port 8000] [--quick]
 """
@@ -32,7 +33,8 @@ from common import steps as lab_steps
 SCRIPT = "lab_run"
 
 
-# Task 9 runs its own engines: the lab's server that tasks 5-8 shared is stopped before it.
+# The steps that run engines of their own (own_engines in common/steps.py): the lab's server
+# that the steps before them shared is stopped before each, so its memory is not theirs.
 OWN_ENGINES = {step.script for step in lab_steps.STEPS if step.own_engines}
 
 
@@ -101,7 +103,7 @@ class Tee:
         return getattr(self.streams[0], name)
 
 
-def run_step(command: list[str], port: int) -> dict:
+def run_step(command: list[str], port: int) -> results.LabStepRun:
     """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt)
     and measure it."""
     print()
@@ -121,12 +123,13 @@ def run_step(command: list[str], port: int) -> dict:
             proc.wait()
             raise
     copier.join(timeout=10)   # the rest of its output (a process it left may hold the pipe)
-    return {"script": command[0], "args": command[1:], "exit_code": code,
-            "seconds": round(time.perf_counter() - start, 1),
-            "peak_memory_bytes": peak.peak_bytes, "peak_processes": peak.peak_processes}
+    return results.LabStepRun(script=command[0], args=command[1:], exit_code=code,
+                              seconds=round(time.perf_counter() - start, 1),
+                              peak_memory_bytes=peak.peak_bytes,
+                              peak_processes=peak.peak_processes)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> results.LabRun:
     args = parse_args(argv)
     if server.stop_server(args.port):
         report.note(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the "
@@ -140,20 +143,20 @@ def main(argv: list[str] | None = None) -> dict:
                 report.note(f"Stopped the lab's vLLM server on :{args.port}: "
                             f"{command[0]} runs engines of its own.")
             done.append(run_step(command, args.port))
-            if done[-1]["exit_code"] != 0:
+            if done[-1].exit_code != 0:
                 break
     except KeyboardInterrupt:
         server.stop_server(args.port)
         raise
-    data = {"port": args.port, "quick": args.quick,
-            "total_seconds": round(time.perf_counter() - start, 1),
-            "steps": done, "completed": all(s["exit_code"] == 0 for s in done)
-            and len(done) == len(commands)}
-    results.save(SCRIPT, data)
-    if not data["completed"]:
+    run = results.LabRun(port=args.port, quick=args.quick,
+                         total_seconds=round(time.perf_counter() - start, 1), steps=done,
+                         completed=all(s.exit_code == 0 for s in done)
+                         and len(done) == len(commands))
+    results.save(SCRIPT, run)
+    if not run.completed:
         stopped = server.stop_server(args.port)   # a failed lab leaves nothing running
         write_report(args.port)
-        cli.fail(f"{done[-1]['script']} exited with code {done[-1]['exit_code']}; the lab stops "
+        cli.fail(f"{done[-1].script} exited with code {done[-1].exit_code}; the lab stops "
                  f"here (its output is above)"
                  + (f"; the vLLM server it started on :{args.port} is stopped" if stopped else ""),
                  code=1)
@@ -171,14 +174,14 @@ def main(argv: list[str] | None = None) -> dict:
         stop = "make stop" if args.port == settings.SERVER_PORT else \
             f"python -m common.server stop --port {args.port}"
         report.note(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
-    return data
+    return run
 
 
 def write_report(port: int) -> None:
     """results/report.html from what the steps saved, every step of the lab in its order (a step
     not run says so); a page that cannot be written is one line, not a failed lab."""
     try:
-        report.path_line("Report", html_report.write(lab_steps.report_names()))
+        report.path_line("Report", html_report.write())
     except OSError as e:
         report.note(f"Report: not written ({type(e).__name__}: {e})")
 

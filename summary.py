@@ -15,12 +15,39 @@ grader's `python summary.py` places the learner's results under the learner's ce
 """
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+
 from common import cli, figures, memory, report, results, settings, steps
 from common import roofline as rl
 
 SCRIPT = "summary"
 MEMORY_BUDGET_BYTES = 3.5e9   # the source ran in a 4 GB VM; the lab keeps 0.5 GB for the OS
 GB = 1e9
+
+
+@dataclass
+class SummaryRow(results.Record):
+    step: str
+    what: str
+    source: str        # the source's own figure (its section 10), "-" where it has none
+    figure: str        # this run's
+
+
+@dataclass
+class Summary(results.Result):
+    """results/summary.json: the table, the roofline, the lab's last run."""
+    rows: list[SummaryRow] = field(default_factory=list)
+    model: str | None = None
+    dtype: str | None = None
+    cores: int | None = None
+    roofline: rl.Placement | None = None
+    engine_point: rl.EnginePoint | None = None   # task 9's engine on the roofline figure
+    lab_run: results.LabRun | None = None
+
+
+RECORD = Summary
+FIGURES = (("", rl.figure),)
 
 
 def parse_args(argv: list[str] | None):
@@ -37,9 +64,11 @@ def load_all() -> tuple[dict[str, results.Result], dict[str, str]]:
     """Every step's saved result, typed (common.steps: the one list), and the lab's last run;
     with, for each result this lab cannot read, its one line (run it again)."""
     res, stale = {}, {}
-    for name in [step.name for step in steps.STEPS] + ["lab_run"]:
+    loaders = {step.name: step.load for step in steps.STEPS}
+    loaders["lab_run"] = lambda: results.load("lab_run", results.LabRun, "make lab")
+    for name, load in loaders.items():
         try:
-            record = results.load(name)
+            record = load()
         except results.StaleResult as e:
             stale[name] = str(e)
             continue
@@ -50,10 +79,10 @@ def load_all() -> tuple[dict[str, results.Result], dict[str, str]]:
 
 # --- the section-10 table ---------------------------------------------------------------------
 def table_rows(res: dict[str, results.Result], stale: dict[str, str] | None = None
-               ) -> list[tuple[str, str, str]]:
-    """(step, what it showed, measured figure) for every step, each built by its entry in
-    common/steps.py from its typed result; a step not run says how to run it, one this lab
-    cannot read says to run it again."""
+               ) -> list[SummaryRow]:
+    """(step, what it showed, the source's figure, this run's) for every step, each built by
+    its script's summary_row from its typed result; a step not run says how to run it, one
+    this lab cannot read says to run it again."""
     stale = stale or {}
     rows = []
     for step in steps.STEPS:
@@ -63,7 +92,7 @@ def table_rows(res: dict[str, results.Result], stale: dict[str, str] | None = No
             figure = f"not run yet: python {step.script}"
         else:
             figure = step.row(res[step.name])
-        rows.append((step.number, step.title, figure))
+        rows.append(SummaryRow(step.number, step.title, step.source or "-", figure))
     return rows
 
 
@@ -72,72 +101,69 @@ def what_ran(res: dict[str, results.Result]) -> list[tuple[str, str, list[str]]]
     return results.what_ran({name: r.header for name, r in res.items()})
 
 
-def print_roofline(r: dict, measured: str) -> None:
+def print_roofline(r: rl.Placement, measured: str) -> None:
     report.section("ROOFLINE: what bounds decoding on this machine")
     report.paragraph("(the roofline model of Williams, Waterman & Patterson, 2009: speed <= "
                      "min(peak compute, bandwidth x FLOPs per byte))")
     report.row("Machine figures", measured)
-    report.row("Memory bandwidth (GB/s)", f"{r['bandwidth_gb_s']:.1f} (sum of a "
-               f"{rl.BANDWIDTH_MIB} MiB tensor, {r['threads']} threads, best of "
+    report.row("Memory bandwidth (GB/s)", f"{r.bandwidth_gb_s:.1f} (sum of a "
+               f"{rl.BANDWIDTH_MIB} MiB tensor, {r.threads} threads, best of "
                f"{rl.BANDWIDTH_REPEATS})")
-    sizes = r.get("matmul_n") or {}
+    sizes = r.matmul_n or {}
     gflops = [f"{g:,.0f}" if g >= 100 else f"{g:.2g}"   # 0.3 where bf16 is not native
-              for g in (r['matmul_gflop_s']['float32'], r['matmul_gflop_s']['bfloat16'])]
+              for g in (r.matmul_gflop_s["float32"], r.matmul_gflop_s["bfloat16"])]
     report.row("Matmul fp32 / bf16 (GFLOP/s)", f"{gflops[0]} / {gflops[1]} (n x n products, n = "
                f"{sizes.get('float32', '?')} / {sizes.get('bfloat16', '?')})")
-    report.row("Model size", f"{r['num_params']:,} parameters, {r['dtype']}, "
-                             f"mean context {r['context']} tokens")
-    report.row("Bytes read per token (MB)", f"{r['bytes_per_token'] / 1e6:,.1f} (every weight "
+    report.row("Model size", f"{r.num_params:,} parameters, {r.dtype}, "
+                             f"mean context {r.context} tokens")
+    report.row("Bytes read per token (MB)", f"{r.bytes_per_token / 1e6:,.1f} (every weight "
                f"once per step, + its KV cache)")
-    report.row("FLOPs per token (MFLOP)", f"{r['flops_per_token'] / 1e6:,.1f} (2 per weight, "
+    report.row("FLOPs per token (MFLOP)", f"{r.flops_per_token / 1e6:,.1f} (2 per weight, "
                f"+ attention)")
-    report.row("1-request ceiling (tok/s)", f"{r['bandwidth_ceiling_tok_s']:,.1f} = bandwidth / "
+    report.row("1-request ceiling (tok/s)", f"{r.bandwidth_ceiling_tok_s:,.1f} = bandwidth / "
                f"bytes per token")
-    report.row("Compute ceiling (tok/s)", f"{r['compute_ceiling_tok_s']:,.0f} = {r['dtype']} "
+    report.row("Compute ceiling (tok/s)", f"{r.compute_ceiling_tok_s:,.0f} = {r.dtype} "
                f"matmul / FLOPs per token")
-    report.row("Bounds cross at (requests)", f"{r['ridge_batch']:.0f} in one batch")
-    above = []
-    for p in r["placed"].values():
-        if "pct_of_bandwidth_ceiling" in p:
-            pct = p["pct_of_bandwidth_ceiling"]
-            report.row(f"  {p['label']}", f"{p['tokens_per_s']:.1f} tok/s = {pct:.0f}% of the "
-                                          f"bandwidth ceiling")
+    report.row("Bounds cross at (requests)", f"{r.ridge_batch:.0f} in one batch")
+    for p in r.placed.values():
+        if not p.is_batch:
+            report.row(f"  {p.label}", f"{p.tokens_per_s:.1f} tok/s = "
+                                       f"{p.pct_of_bandwidth_ceiling:.0f}% of the bandwidth ceiling")
         else:
-            at, pct = p["roofline_at_users"], p["pct_of_compute_ceiling"]
-            report.row(f"  {p['label']}", f"{p['tokens_per_s']:.1f} tok/s = {pct:.1f}% of the "
-                                          f"compute ceiling")
-            report.note(f"(the roofline at {p['users']} requests is {at['tokens_per_s']:,.0f} tok/s, "
-                        f"{at['bound']}-bound; measured = {p['pct_of_roofline_at_users']:.0f}% of it)",
+            at = p.roofline_at_users
+            report.row(f"  {p.label}", f"{p.tokens_per_s:.1f} tok/s = "
+                                       f"{p.pct_of_compute_ceiling:.1f}% of the compute ceiling")
+            report.note(f"(the roofline at {p.users} requests is {at.tokens_per_s:,.0f} tok/s, "
+                        f"{at.bound}-bound; measured = {p.pct_of_roofline_at_users:.0f}% of it)",
                         indent=4)
-        if pct > 100:
-            above.append(p["label"])
+    above = [p.label for p in r.placed.values() if p.pct_of_its_ceiling > 100]
     if above:
         report.paragraph(f"NOTE: {', '.join(above)} ran above its ceiling: the engine's kernels "
-                         f"are faster than the benchmark's (e.g. a {r['dtype']} matmul without "
+                         f"are faster than the benchmark's (e.g. a {r.dtype} matmul without "
                          f"native support); read these ceilings as lower bounds.")
-    six = r["placed"].get("task_6_multi_user_load", {})
+    six = r.placed.get("task_6_multi_user_load")
     text = ("One request reads every weight for each token it makes, so its speed is capped "
             "by memory bandwidth. A batch shares that read: each step reads the weights once "
             "for all its requests, so tokens/s grows with the batch until the matmuls, not the "
             "reads, take the time.")
-    if "one_user" in six:
-        one = six["one_user"]
-        text += (f" Here the server's step took {one['step_ms']:.0f} ms for 1 request and "
-                 f"{six['step_ms']:.0f} ms for {six['users']}: "
-                 f"{six['tokens_per_s'] / one['tokens_per_s']:.1f}x the tokens/s for "
-                 f"{six['step_ms'] / one['step_ms']:.1f}x the step time.")
+    if six and six.one_user:
+        one = six.one_user
+        text += (f" Here the server's step took {one.step_ms:.0f} ms for 1 request and "
+                 f"{six.step_ms:.0f} ms for {six.users}: "
+                 f"{six.tokens_per_s / one.tokens_per_s:.1f}x the tokens/s for "
+                 f"{six.step_ms / one.step_ms:.1f}x the step time.")
     report.paragraph(text)
     print_rungs(r)
 
 
-def explain_rungs(rungs: list[dict]) -> str:
+def explain_rungs(rungs: list[rl.Rung]) -> str:
     """Where the time below the ceilings goes, chosen per step from which gap is larger."""
     def names(labels: list[str]) -> str:
         return ", ".join(labels[:-1]) + " and " + labels[-1] if len(labels) > 1 else labels[0]
 
-    library = [g["label"] for g in rungs if g["larger_gap"] == "library"]
-    engine = [g["label"] for g in rungs if g["larger_gap"] == "engine"]
-    below = [g["label"] for g in rungs if g["engine_ms"] < 0]
+    library = [g.label for g in rungs if g.larger_gap == "library"]
+    engine = [g.label for g in rungs if g.larger_gap == "engine"]
+    below = [g.label for g in rungs if g.engine_ms < 0]
     text = []
     if library:
         text.append(f"{names(library)}: most of the time below the ceiling is the matmul library. "
@@ -155,28 +181,28 @@ def explain_rungs(rungs: list[dict]) -> str:
     return " ".join(text)
 
 
-def print_rungs(r: dict) -> None:
+def print_rungs(r: rl.Placement) -> None:
     """Every measured step on three rungs: the ceiling, the kernel floor, the step."""
     report.section("WHERE EACH STEP'S TIME GOES (ms per decode step)")
-    floor = r.get("kernel_floor")
-    if not r.get("rungs"):
+    floor = r.kernel_floor
+    if not r.rungs:
         report.paragraph("Kernel floor: not measured for this model, dtype and batch sizes. "
                          "`python summary.py --measure`, on the machine the lab ran on, "
                          "measures it with the machine's ceilings.")
         return
     report.table(["Step", "Ceiling", "Floor", "Measured", "Library gap", "Engine gap"],
-                 [(g["label"], f"{g['ceiling_ms']:.1f}", f"{g['floor_ms']:.1f}",
-                   f"{g['step_ms']:.1f}", f"{g['library_ms']:.0f} ({g['library_pct']:.0f}%)",
-                   f"{g['engine_ms']:.0f} ({g['engine_pct']:.0f}%)") for g in r["rungs"]],
+                 [(g.label, f"{g.ceiling_ms:.1f}", f"{g.floor_ms:.1f}",
+                   f"{g.step_ms:.1f}", f"{g.library_ms:.0f} ({g.library_pct:.0f}%)",
+                   f"{g.engine_ms:.0f} ({g.engine_pct:.0f}%)") for g in r.rungs],
                  widths=[18, 8, 7, 9, 12, 11])
     report.note("Ceiling: one read of the weights (+ KV) at the measured bandwidth, or the "
                 "batch's FLOPs at peak matmul, whichever takes longer.")
     report.note(f"Floor: the model's own linear layers alone (q, k, v, o, gate, up, down per "
-                f"layer + LM head), torch {floor['dtype']}, {floor['threads']} threads, best of "
+                f"layer + LM head), torch {floor.dtype}, {floor.threads} threads, best of "
                 f"{rl.FLOOR_REPEATS}.")
     report.note("Library gap = floor - ceiling; engine gap = measured - floor; % of the "
                 "measured step.")
-    report.paragraph(explain_rungs(r["rungs"]))
+    report.paragraph(explain_rungs(r.rungs))
 
 
 # --- time and memory of the last `make lab` ---------------------------------------------------
@@ -200,80 +226,145 @@ def print_lab_run(run: results.LabRun) -> None:
                      f"sampled every {memory.SAMPLE_INTERVAL_S:g} s.")
 
 
-def print_what_ran(res: dict[str, results.Result]) -> dict:
-    """The model, dtype, machine and dates the results were measured with; returns them."""
+def print_what_ran(res: dict[str, results.Result], summary: Summary) -> None:
+    """The model, dtype, machine and dates the results were measured with (into summary too)."""
     runs = what_ran(res)
     if runs:
         report.row("Model, dtype", f"{runs[0][0]}, {runs[0][1]}")
         for model, dtype, names in runs[1:]:
             report.note(f"  NOTE: {', '.join(names)} ran {model}, {dtype}")
+        summary.model, summary.dtype = runs[0][0], runs[0][1]
     check = res.get("verify_environment")
     machine = check.machine if check else None
     if machine:   # the machine the lab ran on, which need not be the one printing this
-        report.row("Cores (threads)", machine["cores"])
-        report.row("CPU", machine["cpu"])
+        report.row("Cores (threads)", machine.cores)
+        report.row("CPU", machine.cpu)
     else:
         report.row("Cores (threads)", f"{settings.num_cores()} (this machine)")
         report.row("CPU", f"{settings.cpu_model_name()} (this machine)")
+    summary.cores = machine.cores if machine else settings.num_cores()
     dates = sorted(r.measured_at for r in res.values() if r.measured_at)
     if dates:
         report.row("Measured", f"{dates[0][:16].replace('T', ' ')} to "
                                f"{dates[-1][:16].replace('T', ' ')}")
     report.row("Results", settings.results_dir())
-    return {"model": runs[0][0] if runs else None, "dtype": runs[0][1] if runs else None,
-            "cores": machine["cores"] if machine else settings.num_cores()}
 
 
-def print_table(res: dict[str, results.Result], stale: dict[str, str]) -> list[dict]:
+def print_table(res: dict[str, results.Result], stale: dict[str, str]) -> list[SummaryRow]:
     report.section("WHAT EACH STEP SHOWED (source, section 10)")
     rows = table_rows(res, stale)
-    report.table(["Step", "What it showed", "Measured"], rows, widths=[5, 26, 34],
+    cells = []
+    for r in rows:   # this run's figure, and under it the source's where it has one
+        cells.append((r.step, r.what, r.figure))
+        if r.source != "-":
+            cells.append(("", "", f"(source: {r.source})"))
+    report.table(["Step", "What it showed", "Measured"], cells, widths=[5, 26, 34],
                  align_left=(0, 1, 2))
+    report.note("Source: the study note's own figures (SmolLM-135M on a 2-core, 4 GB VM).")
     for line in stale.values():
         report.note(f"NOTE: {line}")
     two, six = res.get("task_2_vllm_inference"), res.get("task_6_multi_user_load")
     if two and six and two.speedup is not None:   # else one is not run yet: the table says so
-        report.note(f"Single request: {two.speedup:.1f}x. Concurrent requests: "
-                    f"{six.scaling_factor:.1f}x. Same engine, two faces.")
-    return [{"step": s, "what": w, "figure": f} for s, w, f in rows]
+        report.note(f"Single request: {two.speedup:.1f}x (source 1.1x). Concurrent requests: "
+                    f"{six.scaling_factor:.1f}x (source 12.6x). Same engine, two faces.")
+    return rows
 
 
-def roofline_section(res: dict[str, results.Result], measure: bool) -> dict | None:
-    """The roofline of this machine with tasks 1, 2 and 6 under it, printed; None without the
-    inputs (task 1 or 2's result and its model's config.json)."""
-    inputs = rl.roofline_inputs(res)
+# --- the roofline: tasks 1, 2 and 6 under this machine's ceilings ----------------------------
+def roofline_inputs(res: dict[str, results.Result]) -> tuple[dict, str, int] | None:
+    """(model config, dtype, context) of the run that tasks 1, 2 and 6 measured, or None."""
+    one = res.get("task_2_vllm_inference") or res.get("task_1_hf_baseline")
+    if not one or not one.header.model_path or not one.header.dtype:
+        return None
+    try:
+        with open(f"{one.header.model_path}/config.json") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if one.prompt_tokens is None or one.generated_tokens is None:
+        return None
+    # mean context while decoding: the prompt plus half the new tokens
+    return config, one.header.dtype, one.prompt_tokens + one.generated_tokens // 2
+
+
+def measured_steps(res: dict[str, results.Result]) -> list[rl.MeasuredStep]:
+    """The decode steps tasks 1, 2 and 6 measured. One request: total time / generated tokens
+    (the saved tok/s is rounded); the server: task 6's measured time per output token (TPOT),
+    the step time while a batch decodes (requests / tok/s where it is missing), at 1 user and
+    at its largest level."""
+    out = []
+    for name, label in (("task_1_hf_baseline", "HF, 1 request"),
+                        ("task_2_vllm_inference", "vLLM, 1 request")):
+        one = res.get(name)
+        if one and one.tokens_per_s:
+            ms = (1000 * one.total_time_s / one.generated_tokens
+                  if one.total_time_s and one.generated_tokens else 1000 / one.tokens_per_s)
+            out.append(rl.MeasuredStep(name, label, 1, one.tokens_per_s, ms, "time / tokens"))
+    six = res.get("task_6_multi_user_load")
+    levels = [lv for lv in six.levels if lv.tokens_per_s] if six else []
+    if levels:
+        def step_ms(lv) -> float:
+            return 1000 * (lv.mean_tpot_s or lv.num_users / lv.tokens_per_s)
+
+        top = max(levels, key=lambda lv: lv.num_users)
+        low = min(levels, key=lambda lv: lv.num_users)
+        if low.num_users == 1 and top.num_users > 1:
+            out.append(rl.MeasuredStep("task_6_multi_user_load", "server, 1 user", 1,
+                                       low.tokens_per_s, step_ms(low), "measured TPOT"))
+        out.append(rl.MeasuredStep("task_6_multi_user_load", f"server, {top.num_users} users",
+                                   top.num_users, top.tokens_per_s, step_ms(top),
+                                   "measured TPOT"))
+    return out
+
+
+def engine_point(res: dict[str, results.Result], dtype: str) -> rl.EnginePoint | None:
+    """Task 9's own engine, continuous batching, on the roofline (when it ran this dtype)."""
+    nine = res.get("task_9_build_your_own_engine")
+    cont = nine.policies.get("continuous") if nine else None
+    if not cont or not cont.num_steps or nine.header.dtype != dtype:
+        return None
+    return rl.EnginePoint("own engine (task 9), continuous", cont.num_tokens / cont.num_steps,
+                          cont.tokens_per_s)
+
+
+def roofline_section(res: dict[str, results.Result], measure: bool, summary: Summary) -> None:
+    """The roofline of this machine with tasks 1, 2 and 6 under it, printed (into summary);
+    a note instead without the inputs (task 1 or 2's result and its model's config.json)."""
+    inputs = roofline_inputs(res)
     if not inputs:
         print()
         report.note("Roofline: needs task 1 or 2's saved result and the config.json of the "
                     "model it ran (a local folder); run them first.")
-        return None
+        return
     config, dtype, context = inputs
     cost = rl.model_cost(config, dtype)
-    found = rl.machine_figures(config, dtype, rl.floor_batches(res), settings.num_cores(),
-                               measure=measure, save=True)
-    placed = rl.place(res, cost, found.machine, context, found.floor)
-    print_roofline(placed, found.source)
-    return placed
+    steps_measured = measured_steps(res)
+    found = rl.machine_figures(config, dtype, rl.floor_batches(steps_measured),
+                               settings.num_cores(), measure=measure, save=True)
+    summary.roofline = rl.place(steps_measured, cost, found.machine, context, found.floor)
+    summary.engine_point = engine_point(res, dtype)
+    print_roofline(summary.roofline, found.source)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> Summary:
     args = parse_args(argv)
     res, stale = load_all()
+    summary = Summary()
     report.title("Summary: the vLLM lab, step by step")
-    data = print_what_ran(res)
-    data["rows"] = print_table(res, stale)
-    if not args.no_roofline and (placed := roofline_section(res, args.measure)):
-        data["roofline"] = placed
+    print_what_ran(res, summary)
+    summary.rows = print_table(res, stale)
+    if not args.no_roofline:
+        roofline_section(res, args.measure, summary)
     if "lab_run" in res:
         print_lab_run(res["lab_run"])
-        data["lab_run"] = res["lab_run"].to_dict()
+        summary.lab_run = res["lab_run"]
     report.insight([
         "vLLM's value is not one fast request: it packs more requests into the same KV memory "
         "(PagedAttention) and runs them as one batch (continuous batching)",
         "A tok/s figure without its concurrency tells half the story",
     ])
-    figures.saved(results.save(SCRIPT, data))
-    return data
+    figures.saved(results.save(SCRIPT, summary), summary, FIGURES)
+    return summary
 
 
 if __name__ == "__main__":

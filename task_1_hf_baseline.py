@@ -8,9 +8,25 @@ the generated tokens, the total time and tokens per second, and saves them for t
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from common import cli, engine, figures, report, results, settings
 
 SCRIPT = "task_1_hf_baseline"
+
+
+@dataclass
+class HFBaseline(engine.OneRequest):
+    """Task 1's result: transformers' one generation (common.engine.OneRequest's fields; task 2
+    reads it back as its baseline)."""
+
+
+RECORD = HFBaseline
+FIGURES = ()
+
+
+def summary_row(res: HFBaseline) -> str:
+    return f"{res.tokens_per_s:.1f} tok/s"
 
 
 def parse_args(argv: list[str] | None):
@@ -20,7 +36,7 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> HFBaseline:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
@@ -49,12 +65,10 @@ def main(argv: list[str] | None = None) -> dict:
         f"{20 * gen.total_time_s:.0f} s for the last answer ({gen.total_time_s:.2f} s each)",
     ])
 
-    header = results.RunHeader.of(model, dtype, gen.threads)
-    data = {"settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
-                         "temperature": settings.TEMPERATURE, "seed": settings.SEED},
-            **gen.to_dict()}
-    figures.saved(results.save(SCRIPT, header, results.HFBaseline.from_dict(data)))
-    return header.__dict__ | data
+    sampling = engine.Sampling(args.prompt, args.max_tokens, settings.TEMPERATURE, settings.SEED)
+    record = HFBaseline.of(gen, sampling, results.RunHeader.of(model, dtype, gen.threads))
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    return record
 
 
 if __name__ == "__main__":

@@ -10,10 +10,65 @@ from the model config: bytes per token x 128 MiB, in whole blocks. The two must 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from common import cli, engine, figures, kv, report, results, settings
 
 SCRIPT = "task_2_vllm_inference"
 BASELINE_SCRIPT = "task_1_hf_baseline"
+
+
+# --- what task 2 saves -----------------------------------------------------------------------
+@dataclass
+class EngineSettings(engine.Sampling):
+    """The sampling of task 1, and vllm.LLM's arguments (common.engine.start_engine), by their
+    names in vLLM: max_model_len and block_size in tokens."""
+    max_model_len: int
+    kv_cache_memory_bytes: int
+    block_size: int
+    enforce_eager: bool
+    dtype: str
+
+
+@dataclass
+class Baseline(results.Record):
+    """HuggingFace's one request, to compare with: task 1's saved result, or measured here."""
+    source: str
+    tokens_per_s: float
+    total_time_s: float
+
+
+@dataclass
+class Capacity(results.Record):
+    """A KV capacity (common.kv.KVCapacity): the engine's, read, or the one derived."""
+    num_blocks: int
+    block_size: int                         # tokens a block
+    num_tokens: int
+    max_concurrency: float                  # requests of max_model_len tokens at once
+    kv_bytes_per_token: int | None = None   # the derived one's: from the model config
+
+    @classmethod
+    def of(cls, capacity: kv.KVCapacity, kv_bytes_per_token: int | None = None) -> "Capacity":
+        return cls(capacity.num_blocks, capacity.block_size, capacity.num_tokens,
+                   capacity.max_concurrency, kv_bytes_per_token)
+
+
+@dataclass
+class VLLMInference(engine.OneRequest):
+    settings: EngineSettings
+    baseline: Baseline
+    speedup: float                          # vLLM's tok/s over HuggingFace's
+    kv_capacity_engine: Capacity
+    kv_capacity_derived: Capacity
+    kv_capacity_agree: bool
+
+
+RECORD = VLLMInference
+FIGURES = ()
+
+
+def summary_row(res: VLLMInference) -> str:
+    return f"{res.tokens_per_s:.1f} tok/s ({res.speedup:.1f}x)"
 
 
 def parse_args(argv: list[str] | None):
@@ -23,20 +78,21 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def load_baseline(model, dtype: str, prompt: str, max_tokens: int) -> tuple[dict, str]:
+def load_baseline(model, dtype: str, prompt: str, max_tokens: int) -> Baseline:
     """Task 1's saved result if it measured the same thing, else measure the baseline here."""
     try:
-        saved = results.load(BASELINE_SCRIPT)
+        saved = results.load(BASELINE_SCRIPT, engine.OneRequest, "task 1")
     except results.StaleResult as e:
         report.note(f"({e})")
         saved = None
     if (saved and saved.header.model_path == model.path and saved.header.dtype == dtype
-            and saved.extra.get("settings", {}).get("prompt") == prompt
-            and saved.extra.get("settings", {}).get("max_new_tokens") == max_tokens
+            and saved.settings.prompt == prompt and saved.settings.max_new_tokens == max_tokens
             and saved.total_time_s):
-        return saved.to_dict(), f"task 1's saved result ({saved.measured_at})"
+        return Baseline(f"task 1's saved result ({saved.measured_at})", saved.tokens_per_s,
+                        saved.total_time_s)
     report.note("No matching task 1 result saved: measuring the HuggingFace baseline now...")
-    return engine.hf_generate(model.path, dtype, prompt, max_tokens).to_dict(), "measured now"
+    gen = engine.hf_generate(model.path, dtype, prompt, max_tokens)
+    return Baseline("measured now", round(gen.tokens_per_s, 2), gen.total_time_s)
 
 
 def compare_capacity(capacity: kv.KVCapacity, model_kv: kv.ModelKV, block_size: int,
@@ -64,8 +120,7 @@ def compare_capacity(capacity: kv.KVCapacity, model_kv: kv.ModelKV, block_size: 
     return derived, agree
 
 
-def print_results(gen: engine.Generation, eng: engine.Engine, baseline: dict,
-                  baseline_source: str) -> float:
+def print_results(gen: engine.Generation, eng: engine.Engine, baseline: Baseline) -> float:
     """vLLM's figures, then HuggingFace vs vLLM; returns the speedup in tokens/s."""
     report.section("vLLM RESULTS")
     report.note(f"Generated text: {gen.text[:120] + ('...' if len(gen.text) > 120 else '')!r}")
@@ -73,40 +128,32 @@ def print_results(gen: engine.Generation, eng: engine.Engine, baseline: dict,
     report.row("Engine start-up (s)", f"{eng.init_time_s:.2f}")
     report.row("Total time (s)", f"{gen.total_time_s:.2f} (one warm-up run excluded)")
     report.row("Tokens per second (tok/s)", f"{gen.tokens_per_s:.1f}")
-    speedup = gen.tokens_per_s / baseline["tokens_per_s"]
+    speedup = gen.tokens_per_s / baseline.tokens_per_s
     report.section("COMPARISON: HuggingFace vs vLLM")
-    report.note(f"HuggingFace baseline: {baseline_source}")
+    report.note(f"HuggingFace baseline: {baseline.source}")
     report.table(["Metric", "HuggingFace", "vLLM"],
-                 [("Tokens/sec", f"{baseline['tokens_per_s']:.1f}", f"{gen.tokens_per_s:.1f}"),
-                  ("Total time", f"{baseline['total_time_s']:.2f}s", f"{gen.total_time_s:.2f}s")],
+                 [("Tokens/sec", f"{baseline.tokens_per_s:.1f}", f"{gen.tokens_per_s:.1f}"),
+                  ("Total time", f"{baseline.total_time_s:.2f}s", f"{gen.total_time_s:.2f}s")],
                  widths=[20, 14, 12])
     report.note(f"vLLM is {speedup:.1f}x {'faster' if speedup >= 1 else 'as fast'} in tokens/sec")
     return speedup
 
 
-def result(args, gen: engine.Generation, eng: engine.Engine, baseline: dict,
-           baseline_source: str, speedup: float, capacity: kv.KVCapacity,
-           derived: kv.KVCapacity, model_kv: kv.ModelKV, agree: bool) -> dict:
+def result(args, gen: engine.Generation, eng: engine.Engine, baseline: Baseline, speedup: float,
+           capacity: kv.KVCapacity, derived: kv.KVCapacity, model_kv: kv.ModelKV, agree: bool,
+           header: results.RunHeader) -> VLLMInference:
     """What task 2 saves: the generation, the comparison, the capacity read and derived."""
-    return {"settings": {"prompt": args.prompt, "max_new_tokens": args.max_tokens,
-                         "temperature": settings.TEMPERATURE, "seed": settings.SEED,
-                         **eng.settings},
-            **gen.to_dict(),
-            "baseline": {"source": baseline_source, "tokens_per_s": baseline["tokens_per_s"],
-                         "total_time_s": baseline["total_time_s"]},
-            "speedup": round(speedup, 2),
-            "kv_capacity_engine": {"num_blocks": capacity.num_blocks,
-                                   "block_size": capacity.block_size,
-                                   "num_tokens": capacity.num_tokens,
-                                   "max_concurrency": capacity.max_concurrency},
-            "kv_capacity_derived": {"num_blocks": derived.num_blocks,
-                                    "num_tokens": derived.num_tokens,
-                                    "max_concurrency": derived.max_concurrency,
-                                    "kv_bytes_per_token": model_kv.bytes_per_token},
-            "kv_capacity_agree": agree}
+    e = eng.settings
+    asked = EngineSettings(args.prompt, args.max_tokens, settings.TEMPERATURE, settings.SEED,
+                           e["max_model_len"], e["kv_cache_memory_bytes"], e["block_size"],
+                           e["enforce_eager"], e["dtype"])
+    return VLLMInference.of(gen, asked, header, baseline=baseline, speedup=round(speedup, 2),
+                            kv_capacity_engine=Capacity.of(capacity),
+                            kv_capacity_derived=Capacity.of(derived, model_kv.bytes_per_token),
+                            kv_capacity_agree=agree)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> VLLMInference:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
@@ -114,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     report.title("Task 2: vLLM Offline Inference - See the Difference")
     report.row("Prompt", f'"{args.prompt}"')
-    baseline, baseline_source = load_baseline(model, dtype.dtype, args.prompt, args.max_tokens)
+    baseline = load_baseline(model, dtype.dtype, args.prompt, args.max_tokens)
     print("Initializing vLLM engine...", flush=True)
     eng = engine.start_engine(model.path, dtype.dtype)
     print(f"vLLM engine ready ({eng.init_time_s:.1f} s). Generating with vLLM...", flush=True)
@@ -127,25 +174,24 @@ def main(argv: list[str] | None = None) -> dict:
                     Mode="in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), CPU",
                     Sampling=f"temperature={settings.TEMPERATURE}, seed={settings.SEED}, "
                              f"{args.max_tokens} new tokens (EOS held off)")
-    speedup = print_results(gen, eng, baseline, baseline_source)
+    speedup = print_results(gen, eng, baseline)
     # derived from what the lab asked for (block size, max_model_len), never read back from the
     # engine, so the check fails if the engine did not apply it
     model_kv = kv.ModelKV.from_folder(model.path, dtype.dtype)
     derived, agree = compare_capacity(capacity, model_kv, eng.settings["block_size"],
                                       eng.settings["max_model_len"])
     report.insight([
-        f"One request: vLLM {gen.tokens_per_s:.1f} vs HuggingFace {baseline['tokens_per_s']:.1f} "
+        f"One request: vLLM {gen.tokens_per_s:.1f} vs HuggingFace {baseline.tokens_per_s:.1f} "
         f"tok/s - one sequence cannot use the engine's batching",
         f"The engine's real lever is capacity: {capacity.num_tokens:,} KV tokens = "
         f"{capacity.max_concurrency:.0f} requests of {capacity.max_model_len} tokens at once",
         "The REAL advantage shows under concurrent load (task 6)",
     ])
 
-    header = results.RunHeader.of(model, dtype, gen.threads)
-    data = result(args, gen, eng, baseline, baseline_source, speedup, capacity, derived,
-                  model_kv, agree)
-    figures.saved(results.save(SCRIPT, header, results.VLLMInference.from_dict(data)))
-    return header.__dict__ | data
+    record = result(args, gen, eng, baseline, speedup, capacity, derived, model_kv, agree,
+                    results.RunHeader.of(model, dtype, gen.threads))
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    return record
 
 
 if __name__ == "__main__":

@@ -11,9 +11,42 @@ how much of the reservation each one wastes, the memory utilisation, how many us
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from common import cli, figures, kv, report, results, settings
 
 SCRIPT = "task_3_kv_cache_problem"
+
+
+# --- what task 3 saves -----------------------------------------------------------------------
+@dataclass
+class ContiguousRequest(results.Record):
+    """One request under contiguous allocation: the slots it used of those reserved for it."""
+    name: str
+    used_slots: int
+    allocated_slots: int
+    waste_pct: float
+
+
+@dataclass
+class ContiguousKV(results.Result):
+    settings: kv.Simulation
+    requests: list[ContiguousRequest]
+    allocated_slots: int
+    used_slots: int
+    utilization_pct: float
+    waste_pct: float
+    mean_used_slots: int      # what a request needs with no waste: the mean it really used
+    users_contiguous: int     # users that fit in --total-slots, max_len each
+    users_ideal: int          # ...and mean_used_slots each
+    in_bytes: kv.InBytes
+
+
+RECORD = ContiguousKV
+
+
+def summary_row(res: ContiguousKV) -> str:
+    return f"utilisation {res.utilization_pct}%"
 
 
 def parse_args(argv: list[str] | None):
@@ -51,7 +84,7 @@ def print_users(args, mean_used: int, users_contiguous: int, users_ideal: int) -
                     f"than possible!", indent=2)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> ContiguousKV:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
@@ -82,19 +115,29 @@ def main(argv: list[str] | None = None) -> dict:
         "The waste caps how many users fit, not how fast each one is served",
     ])
 
-    data = results.ContiguousKV(
-        utilization_pct=round(contiguous.utilization_pct, 1), extra={
-            "settings": {"lengths": args.lengths, "max_len": args.max_len,
-                         "total_slots": args.total_slots},
-            "requests": [{"name": n, "used": a.num_used, "allocated": a.num_allocated,
-                          "waste_pct": round(a.waste_pct, 1)}
-                         for n, a in zip(args.names, contiguous.allocations)],
-            "total_allocated": contiguous.num_allocated, "total_used": contiguous.num_used,
-            "waste_pct": round(contiguous.waste_pct, 1), "mean_used_slots": mean_used,
-            "users_contiguous": users_contiguous, "users_ideal": users_ideal,
-            "in_bytes": in_bytes.to_dict()})
-    figures.saved(results.save(SCRIPT, results.RunHeader.of(model, dtype), data))
-    return data.to_dict()
+    record = ContiguousKV(
+        kv.Simulation(args.lengths, args.max_len, args.total_slots),
+        [ContiguousRequest(n, a.num_used, a.num_allocated, round(a.waste_pct, 1))
+         for n, a in zip(args.names, contiguous.allocations)],
+        contiguous.num_allocated, contiguous.num_used, round(contiguous.utilization_pct, 1),
+        round(contiguous.waste_pct, 1), mean_used, users_contiguous, users_ideal,
+        in_bytes.saved(), header=results.RunHeader.of(model, dtype))
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    return record
+
+
+# --- the figure ------------------------------------------------------------------------------
+def draw_reservations(res: ContiguousKV):
+    """Per request, the slots contiguous allocation reserved against those it used."""
+    fig, ax = figures.figure(0.55 * len(res.requests) + 1.8)
+    figures.slot_bars(ax, [(q.name, q.used_slots, [("contiguous", q.allocated_slots)])
+                           for q in res.requests])
+    ax.set_title(f"{res.utilization_pct}% of the {res.allocated_slots:,} reserved slots "
+                 f"hold a token")
+    return figures.finish(fig, "Task 3: contiguous allocation reserves the worst case", res)
+
+
+FIGURES = (("", draw_reservations),)
 
 
 if __name__ == "__main__":

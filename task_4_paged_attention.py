@@ -14,11 +14,178 @@ users that fit, and the bytes for the model the lab runs.
 """
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass, field
+
 from common import cli, figures, kv, report, results, settings
+from lessons import task_4_pool_figure
 
 SCRIPT = "task_4_paged_attention"
 
 
+# --- the page allocator ----------------------------------------------------------------------
+class OutOfPages(Exception):
+    pass
+
+
+class PageAllocator:
+    """A pool of fixed-size pages handed out one at a time from a free list (vLLM's
+    BlockPool / nano-vllm's BlockManager)."""
+
+    def __init__(self, num_pages: int, page_size: int):
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.free_pages: deque[int] = deque(range(num_pages))
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_pages)
+
+    def allocate(self) -> int:
+        if not self.free_pages:
+            raise OutOfPages(f"all {self.num_pages} pages are in use")
+        return self.free_pages.popleft()
+
+    def free(self, pages: list[int]) -> None:
+        self.free_pages.extend(pages)
+
+
+@dataclass
+class Sequence:
+    """One request's tokens and its page table (logical page i -> physical page id)."""
+    name: str
+    num_tokens: int = 0
+    page_table: list[int] = field(default_factory=list)
+
+    def append_slot(self, allocator: PageAllocator) -> None:
+        """Add one token; take a new page only when the last one is full."""
+        if self.num_tokens % allocator.page_size == 0:
+            self.page_table.append(allocator.allocate())
+        self.num_tokens += 1
+
+
+@dataclass(frozen=True)
+class PagedRun:
+    sequences: list[Sequence]
+    summary: kv.AllocationSummary
+    num_pool_pages: int
+    num_pages_peak: int     # most pages in use at once (requests finish at different times)
+    num_free_after: int     # pages free once every request finished (all back: == pool size)
+    num_pages_reused: int   # pages handed out again after the request that had them finished
+    num_preempted: int      # times a request gave its pages back to let the others go on
+    finish_steps: list[int]  # decode step at which each request had all its tokens
+
+
+def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pages: int) -> PagedRun:
+    """Decode every request at once, one token per request per step, interleaved, so pages are
+    handed out as tokens arrive (and a request's pages need not be next to each other). A request
+    gives its pages back when it has all its tokens; the free list hands them to the requests
+    still growing. A request that finds no free page waits a step; when every request waits (the
+    pool is full of unfinished requests), the newest gives all its pages back and starts over
+    later, as vLLM's scheduler preempts by recomputation. No request may need more than the pool.
+    """
+    if max(kv.cdiv(n, page_size) for n in lengths) > num_pool_pages:
+        raise OutOfPages(f"a request of {max(lengths)} tokens needs more than the "
+                         f"{num_pool_pages} pages of the pool")
+    allocator = PageAllocator(num_pool_pages, page_size)
+    sequences = [Sequence(name) for name in names]
+    finish_steps = [0] * len(sequences)
+    handed_out: set[int] = set()
+    num_pages_peak = num_reused = num_preempted = step = 0
+    while not all(finish_steps):
+        step += 1
+        progressed = False
+        for seq, done in zip(sequences, finish_steps):
+            if done:
+                continue
+            num_pages = len(seq.page_table)
+            try:
+                seq.append_slot(allocator)
+            except OutOfPages:
+                continue                                   # waits for a page to come back
+            progressed = True
+            if len(seq.page_table) > num_pages:            # this token took a new page
+                num_reused += seq.page_table[-1] in handed_out
+                handed_out.add(seq.page_table[-1])
+        num_pages_peak = max(num_pages_peak, num_pool_pages - allocator.num_free)
+        for i, (seq, length) in enumerate(zip(sequences, lengths)):
+            if not finish_steps[i] and seq.num_tokens == length:
+                finish_steps[i] = step
+                allocator.free(seq.page_table)             # the pages go back to the pool...
+        if not progressed:                                 # ...or the newest one gives its back
+            victim = next(s for s, done in zip(reversed(sequences), reversed(finish_steps))
+                          if not done and s.page_table)
+            allocator.free(victim.page_table)
+            victim.page_table, victim.num_tokens = [], 0
+            num_preempted += 1
+    summary = kv.AllocationSummary([kv.Allocation(s.num_tokens, len(s.page_table) * page_size)
+                                    for s in sequences])
+    return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free,
+                    num_reused, num_preempted, finish_steps)
+
+
+# --- what task 4 saves -----------------------------------------------------------------------
+@dataclass
+class PagedSimulation(kv.Simulation):
+    page_size_tokens: int
+
+
+@dataclass
+class PagedRequest(results.Record):
+    """One request's pages: its page table, the slots they hold, when it gave them back."""
+    name: str
+    num_tokens: int
+    num_pages: int
+    page_ids: list[int]
+    allocated_slots: int
+    waste_pct: float
+    finish_step: int
+
+
+@dataclass
+class Slots(results.Record):
+    """An allocation's token slots: reserved, used, the share used."""
+    allocated_slots: int
+    used_slots: int
+    utilization_pct: float
+
+
+@dataclass
+class PagedFigures(Slots):
+    """...and what the page pool went through (PagedRun's figures)."""
+    num_pool_pages: int
+    num_pages_peak: int
+    num_pages_reused: int
+    num_preempted: int
+    num_pages_free_after: int
+
+
+@dataclass
+class PagedKV(results.Result):
+    settings: PagedSimulation
+    requests: list[PagedRequest]
+    paged: PagedFigures
+    contiguous: Slots
+    slots_saved: int
+    memory_ratio: float       # contiguous slots / paged slots
+    mean_paged_slots: int     # what a request holds on average, in whole pages' slots
+    users_contiguous: int     # users that fit in --total-slots, max_len each
+    users_paged: int          # ...and mean_paged_slots each
+    in_bytes: kv.InBytes
+    users_ratio: float | None = None   # None: not one user fits contiguously
+
+
+RECORD = PagedKV
+
+
+def summary_row(res: PagedKV) -> str:
+    return f"utilisation {res.paged.utilization_pct}%, users {res.users_ratio}x"
+
+
+FIGURES = (("", task_4_pool_figure.draw_pages),)   # lessons/task_4_pool_figure.py
+
+
+# --- the report ------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_kv_simulation_args(parser)
@@ -30,7 +197,7 @@ def parse_args(argv: list[str] | None):
     return args
 
 
-def print_pages(args, paged: kv.PagedRun) -> None:
+def print_pages(args, paged: PagedRun) -> None:
     report.title("Task 4: PagedAttention - vLLM's Solution")
     report.row("Page size", f"{args.page_size} tokens per page")
     report.row("Contiguous allocation", f"{args.max_len} slots per request (worst case)")
@@ -56,7 +223,7 @@ def print_pages(args, paged: kv.PagedRun) -> None:
     report.row("Free after the last finished", f"{paged.num_free_after} of {paged.num_pool_pages}")
 
 
-def print_comparison(args, contiguous: kv.AllocationSummary, paged: kv.PagedRun,
+def print_comparison(args, contiguous: kv.AllocationSummary, paged: PagedRun,
                      mean_paged: int, users_contiguous: int, users_paged: int) -> None:
     report.section("SIDE-BY-SIDE COMPARISON")
     rows = [(name, f"{s.num_allocated} slots", f"{s.num_used} slots", f"{s.utilization_pct:.1f}%")
@@ -75,7 +242,7 @@ def print_comparison(args, contiguous: kv.AllocationSummary, paged: kv.PagedRun,
         report.note(f"- Improvement: {users_paged / users_contiguous:.1f}x more users!", indent=2)
 
 
-def insights(contiguous: kv.AllocationSummary, paged: kv.PagedRun) -> list[str]:
+def insights(contiguous: kv.AllocationSummary, paged: PagedRun) -> list[str]:
     pool_line = (f"Requests finish at different times: at most {paged.num_pages_peak} of the "
                  f"{paged.num_pool_pages}-page pool were in use at once, and "
                  f"{paged.num_pages_reused} freed pages went to requests still growing")
@@ -88,42 +255,39 @@ def insights(contiguous: kv.AllocationSummary, paged: kv.PagedRun) -> list[str]:
             pool_line]
 
 
-def result(args, contiguous: kv.AllocationSummary, paged: kv.PagedRun, mean_paged: int,
-           users_contiguous: int, users_paged: int, in_bytes: kv.KVBytes) -> results.PagedKV:
-    """What task 4 saves (the figure of the pool reads its requests' page ids)."""
-    saved = contiguous.num_allocated - paged.summary.num_allocated
-    return results.PagedKV(
-        paged=results.PagedFigures(
-            utilization_pct=round(paged.summary.utilization_pct, 1), extra={
-                "allocated": paged.summary.num_allocated, "used": paged.summary.num_used,
-                "pool_pages": paged.num_pool_pages, "peak_pages": paged.num_pages_peak,
-                "reused_pages": paged.num_pages_reused, "preempted": paged.num_preempted,
-                "free_pages_after": paged.num_free_after}),
-        users_ratio=round(users_paged / users_contiguous, 1) if users_contiguous else None,
-        extra={"settings": {"lengths": args.lengths, "max_len": args.max_len,
-                            "page_size": args.page_size, "total_slots": args.total_slots},
-               "requests": [{"name": s.name, "tokens": s.num_tokens, "pages": len(s.page_table),
-                             "page_ids": s.page_table, "allocated": a.num_allocated,
-                             "waste_pct": round(a.waste_pct, 1), "finish_step": step}
-                            for s, a, step in zip(paged.sequences, paged.summary.allocations,
-                                                  paged.finish_steps)],
-               "contiguous": {"allocated": contiguous.num_allocated, "used": contiguous.num_used,
-                              "utilization_pct": round(contiguous.utilization_pct, 1)},
-               "slots_saved": saved,
-               "memory_ratio": round(contiguous.num_allocated / paged.summary.num_allocated, 1),
-               "mean_paged_slots": mean_paged, "users_contiguous": users_contiguous,
-               "users_paged": users_paged, "in_bytes": in_bytes.to_dict()})
+def saved_requests(paged: PagedRun) -> list[PagedRequest]:
+    """Each request's pages as saved (the figure of the pool reads their page ids)."""
+    return [PagedRequest(s.name, s.num_tokens, len(s.page_table), s.page_table, a.num_allocated,
+                         round(a.waste_pct, 1), step)
+            for s, a, step in zip(paged.sequences, paged.summary.allocations, paged.finish_steps)]
 
 
-def main(argv: list[str] | None = None) -> dict:
+def result(args, contiguous: kv.AllocationSummary, paged: PagedRun, mean_paged: int,
+           users_contiguous: int, users_paged: int, in_bytes: kv.KVBytes, header) -> PagedKV:
+    """What task 4 saves."""
+    s = paged.summary
+    return PagedKV(
+        PagedSimulation(args.lengths, args.max_len, args.total_slots, args.page_size),
+        saved_requests(paged),
+        PagedFigures(s.num_allocated, s.num_used, round(s.utilization_pct, 1),
+                     paged.num_pool_pages, paged.num_pages_peak, paged.num_pages_reused,
+                     paged.num_preempted, paged.num_free_after),
+        Slots(contiguous.num_allocated, contiguous.num_used, round(contiguous.utilization_pct, 1)),
+        contiguous.num_allocated - s.num_allocated,
+        round(contiguous.num_allocated / s.num_allocated, 1), mean_paged, users_contiguous,
+        users_paged, in_bytes.saved(),
+        round(users_paged / users_contiguous, 1) if users_contiguous else None, header=header)
+
+
+def main(argv: list[str] | None = None) -> PagedKV:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
 
     contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
     # The pool: the memory contiguous allocation reserves for ONE request, cut into pages.
-    paged = kv.run_paged(args.lengths, args.names, args.page_size,
-                         kv.cdiv(args.max_len, args.page_size))
+    paged = run_paged(args.lengths, args.names, args.page_size,
+                      kv.cdiv(args.max_len, args.page_size))
     # Users that fit: contiguous reserves max_len each; paged needs the mean of the pages it
     # really handed out, in whole slots (544 // 5 = 108 for the source's five requests).
     mean_paged = kv.mean_slots(paged.summary.num_allocated, len(args.lengths))
@@ -143,9 +307,10 @@ def main(argv: list[str] | None = None) -> dict:
     report.kv_bytes_section(model, in_bytes)
     report.insight(insights(contiguous, paged))
 
-    data = result(args, contiguous, paged, mean_paged, users_contiguous, users_paged, in_bytes)
-    figures.saved(results.save(SCRIPT, results.RunHeader.of(model, dtype), data))
-    return data.to_dict()
+    record = result(args, contiguous, paged, mean_paged, users_contiguous, users_paged, in_bytes,
+                    results.RunHeader.of(model, dtype))
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    return record
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ for tasks 6-8; `make stop` stops it.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import requests
 
@@ -20,6 +21,44 @@ from common.load import completion_payload
 
 SCRIPT = "task_5_api_server"
 PROMPT = "What is inference in machine learning?"
+
+
+# --- what task 5 saves -----------------------------------------------------------------------
+@dataclass
+class HttpCall(results.Record):
+    """One /v1/completions request: the answer, how long it took, the tokens it counted."""
+    text: str
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class ApiSettings(results.Record):
+    """What was asked for (max_tokens: the OpenAI API's name), and the server's settings
+    (None for a --base-url server: the lab does not know them)."""
+    prompt: str
+    max_tokens: int
+    temperature: float
+    server: str | None = None
+
+
+@dataclass
+class ApiServer(results.Result):
+    base_url: str
+    server_state: str              # started, reused or external
+    settings: ApiSettings
+    raw_http: HttpCall
+    openai_client: HttpCall
+    startup_s: float | None = None   # None: not started here (reused, or --base-url)
+
+
+RECORD = ApiServer
+FIGURES = ()
+
+
+def summary_row(res: ApiServer) -> str:
+    return f"/v1/completions, {res.raw_http.latency_s:.2f} s"
 
 
 def parse_args(argv: list[str] | None):
@@ -37,7 +76,7 @@ def refusal(status: int, body: str) -> str:
         return f"HTTP {status}: {body[:200]}"
 
 
-def send_raw(base_url: str, model: str, prompt: str, max_tokens: int) -> dict:
+def send_raw(base_url: str, model: str, prompt: str, max_tokens: int) -> HttpCall:
     """POST /v1/completions as plain JSON over HTTP."""
     start = time.perf_counter()
     resp = requests.post(f"{base_url}/v1/completions",
@@ -46,12 +85,11 @@ def send_raw(base_url: str, model: str, prompt: str, max_tokens: int) -> dict:
     if resp.status_code != 200:
         cli.fail(f"the server refused the request: {refusal(resp.status_code, resp.text)}", code=1)
     body = resp.json()
-    return {"text": body["choices"][0]["text"], "latency_s": latency,
-            "prompt_tokens": body["usage"]["prompt_tokens"],
-            "completion_tokens": body["usage"]["completion_tokens"]}
+    return HttpCall(body["choices"][0]["text"], latency, body["usage"]["prompt_tokens"],
+                    body["usage"]["completion_tokens"])
 
 
-def send_openai(base_url: str, model: str, prompt: str, max_tokens: int) -> dict:
+def send_openai(base_url: str, model: str, prompt: str, max_tokens: int) -> HttpCall:
     """The same request with the official OpenAI SDK: only base_url differs from OpenAI's API.
     (min_tokens is vLLM's extension to hold EOS off; the SDK passes it through extra_body.)"""
     import openai
@@ -67,9 +105,8 @@ def send_openai(base_url: str, model: str, prompt: str, max_tokens: int) -> dict
     except openai.APIConnectionError as e:
         cli.fail(f"the server at {base_url} cannot be reached ({e})", code=1)
     latency = time.perf_counter() - start
-    return {"text": completion.choices[0].text, "latency_s": latency,
-            "prompt_tokens": completion.usage.prompt_tokens,
-            "completion_tokens": completion.usage.completion_tokens}
+    return HttpCall(completion.choices[0].text, latency, completion.usage.prompt_tokens,
+                    completion.usage.completion_tokens)
 
 
 def print_server(srv, model, dtype, prompt: str) -> None:
@@ -87,7 +124,7 @@ def print_server(srv, model, dtype, prompt: str) -> None:
             report.row("Ready after (s)", f"{srv.startup_s:.1f}")
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> ApiServer:
     args = parse_args(argv)
     report.title("Task 5: vLLM OpenAI-Compatible API Server")
     srv, model, dtype = cli.lab_server(args.base_url, args.model, args.dtype, host=args.host,
@@ -101,10 +138,10 @@ def main(argv: list[str] | None = None) -> dict:
     for name, r in (("RESPONSE: raw HTTP (requests)", raw),
                     ("RESPONSE: official openai client, only base_url changed", sdk)):
         report.section(name)
-        report.note(f"Response: {r['text'].strip()!r}")
-        report.row("Latency (s)", f"{r['latency_s']:.2f}")
-        report.row("Prompt tokens", r["prompt_tokens"])
-        report.row("Completion tokens", r["completion_tokens"])
+        report.note(f"Response: {r.text.strip()!r}")
+        report.row("Latency (s)", f"{r.latency_s:.2f}")
+        report.row("Prompt tokens", r.prompt_tokens)
+        report.row("Completion tokens", r.completion_tokens)
 
     report.section("API DETAILS")
     report.row("Format", "OpenAI-compatible (drop-in replacement)")
@@ -115,15 +152,14 @@ def main(argv: list[str] | None = None) -> dict:
         "Any app using the OpenAI SDK works with vLLM: the client above changed only base_url",
         "The same JSON over plain HTTP gets the same kind of answer: no SDK needed either",
     ])
-    header = results.RunHeader.of(model, dtype, settings.num_cores(), srv.model_name)
-    data = {"base_url": srv.base_url, "server_state": srv.state,
-            "startup_s": round(srv.startup_s, 2) if srv.startup_s is not None else None,
-            "settings": {"prompt": args.prompt, "max_tokens": args.max_tokens,
-                         "temperature": settings.TEMPERATURE,
-                         "server": srv.config.describe() if srv.config else None},
-            "raw_http": raw, "openai_client": sdk}
-    figures.saved(results.save(SCRIPT, header, results.ApiServer.from_dict(data)))
-    return header.__dict__ | data
+    asked = ApiSettings(args.prompt, args.max_tokens, settings.TEMPERATURE,
+                        srv.config.describe() if srv.config else None)
+    record = ApiServer(srv.base_url, srv.state, asked, raw, sdk,
+                       round(srv.startup_s, 2) if srv.startup_s is not None else None,
+                       header=results.RunHeader.of(model, dtype, settings.num_cores(),
+                                                   srv.model_name))
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    return record
 
 
 if __name__ == "__main__":

@@ -18,50 +18,54 @@ with the last config.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from common import cli, figures, kv, load, metrics, report, results, settings
 
 SCRIPT = "task_7_tuning"
 
 
-@dataclass(frozen=True)
-class TuningConfig:
+@dataclass
+class TuningConfig(results.Record):
     label: str
-    max_model_len: int
-    max_num_seqs: int
+    max_model_len: int                 # tokens a request may hold: its prompt + new tokens
+    max_num_seqs: int                  # requests one engine step may serve
 
 
-@dataclass(frozen=True)
-class ConfigRun:
-    """One config's run: its KV cache and batch as the engine reported them on /metrics, and
-    the load's figures (load.LevelResult.summary(), saved as they are)."""
+@dataclass
+class ConfigRun(results.Record):
+    """One config's run: its server, its KV cache and batch as the engine reported them on
+    /metrics, and the load it served (common.load.LoadLevel, as measured)."""
     config: TuningConfig
-    throughput_tok_s: float
+    server_state: str                  # started, reused or restarted for this config
     kv_max_concurrency: float          # requests of max_model_len the KV cache holds at once
-    kv_blocks: int | None = None       # None: an engine that does not export its block count
-    kv_block_size: int | None = None
-    peak_running: int = 0              # most requests seen running / waiting during the load
-    peak_waiting: int = 0
-    mean_latency_s: float | None = None
-    succeeded: int = 0
-    failed: int = 0
-    server_state: str = ""
-    startup_s: float | None = None
-    metrics_samples: int = 0
-    load: dict = field(default_factory=dict)
+    level: load.LoadLevel
+    startup_s: float | None = None     # None: the server was reused, not started
+    num_kv_blocks: int | None = None   # None: an engine that does not export its block count
+    kv_block_size_tokens: int | None = None
+    peak_num_requests_running: int = 0   # the most seen running / waiting during the load
+    peak_num_requests_waiting: int = 0
+    num_metrics_samples: int = 0       # reads of /metrics during the load
 
     @property
     def label(self) -> str:
         return self.config.label
 
-    def to_dict(self) -> dict:
-        return {"label": self.config.label, "max_model_len": self.config.max_model_len,
-                "max_num_seqs": self.config.max_num_seqs, "server_state": self.server_state,
-                "startup_s": self.startup_s, "kv_blocks": self.kv_blocks,
-                "kv_block_size": self.kv_block_size, "kv_max_concurrency": self.kv_max_concurrency,
-                "peak_running": self.peak_running, "peak_waiting": self.peak_waiting,
-                "metrics_samples": self.metrics_samples, **self.load}
+
+@dataclass
+class Tuning(results.Result):
+    """Task 7's result: the same load on each config, in the order they ran."""
+    num_requests: int                  # concurrent requests per config
+    max_tokens: int                    # new tokens per request
+    kv_cache_memory_bytes: int         # the KV cache of every config
+    configs: list[ConfigRun]
+
+
+RECORD = Tuning
+
+
+def summary_row(t: Tuning) -> str:
+    return " / ".join(f"{c.label[0]} {c.level.tokens_per_s:.1f}" for c in t.configs) + " tok/s"
 
 
 CONFIGS = [TuningConfig("A: Default", 128, 256),
@@ -108,6 +112,7 @@ def _int_label(labels: dict, name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+# --- the measurement: one config's server, its KV cache, the load ------------------------------
 def benchmark(args, config: TuningConfig) -> ConfigRun:
     report.section(f"CONFIG {config.label}")
     srv, _, _ = cli.lab_server(None, args.model, args.dtype, host=args.host, port=args.port,
@@ -121,33 +126,56 @@ def benchmark(args, config: TuningConfig) -> ConfigRun:
     max_concurrency = float(cache["kv_cache_max_concurrency"])
     warmup = load.run_level(srv.base_url, srv.model_name, load.user_prompts(1), args.max_tokens)
     if warmup.num_failed:
-        cli.fail(f"config {config.label}: the warm-up request failed: "
-                 f"{warmup.requests[0].error}", code=1)
+        cli.fail(f"config {config.label}: the warm-up request failed: {warmup.errors[0]}",
+                 code=1)
     with metrics.Sampler(srv.base_url) as sampler:
         level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(args.requests),
                                args.max_tokens)
+    run = ConfigRun(config, srv.state, max_concurrency, level, srv.startup_s, num_blocks,
+                    block_size, peak_num_requests_running=sampler.max_running,
+                    peak_num_requests_waiting=sampler.max_waiting,
+                    num_metrics_samples=sampler.num_samples)
+    print_run(run, args.requests)
+    return run
+
+
+# --- the report: each config, the comparison, the insight ---------------------------------------
+def print_run(run: ConfigRun, num_requests: int) -> None:
     # blocks x block size, as task 8 shows it: the engine's own kv_cache_size_tokens label is its
     # max concurrency x max_model_len, which halves at max_model_len 64 for the same blocks
-    if num_blocks and block_size:
-        report.row("KV cache (engine)", f"{num_blocks} blocks x {block_size} tokens = "
-                                        f"{num_blocks * block_size:,} tokens")
-    report.row("  max concurrency", f"{max_concurrency:.2f}x requests of {config.max_model_len} "
-                                    f"tokens")
-    report.row("Result", f"{level.throughput:.1f} tok/s, "
-                         f"{level.seconds(level.latency_stat('latency_s'))} s avg latency, "
-                         f"{len(level.ok)}/{args.requests} ok")
+    if run.num_kv_blocks and run.kv_block_size_tokens:
+        report.row("KV cache (engine)", f"{run.num_kv_blocks} blocks x {run.kv_block_size_tokens} "
+                                        f"tokens = "
+                                        f"{run.num_kv_blocks * run.kv_block_size_tokens:,} tokens")
+    report.row("  max concurrency", f"{run.kv_max_concurrency:.2f}x requests of "
+                                    f"{run.config.max_model_len} tokens")
+    level = run.level
+    report.row("Result", f"{level.tokens_per_s:.1f} tok/s, "
+                         f"{load.seconds(level.mean_latency_s)} s avg latency, "
+                         f"{level.num_ok}/{num_requests} ok")
     for error in level.errors:
         report.note(f"failed: {error}", indent=2)
-    report.row("Requests at once (peak)", f"{sampler.max_running} running, {sampler.max_waiting} "
-                                          f"waiting")
-    report.note(f"(the most seen in {sampler.num_samples} reads of /metrics during the load)",
-                indent=2)
-    summary = level.summary()
-    return ConfigRun(config, summary["throughput_tok_s"], max_concurrency, num_blocks, block_size,
-                     sampler.max_running, sampler.max_waiting, summary["mean_latency_s"],
-                     summary["succeeded"], summary["failed"], srv.state,
-                     round(srv.startup_s, 2) if srv.startup_s else None, sampler.num_samples,
-                     summary)
+    report.row("Requests at once (peak)", f"{run.peak_num_requests_running} running, "
+                                          f"{run.peak_num_requests_waiting} waiting")
+    report.note(f"(the most seen in {run.num_metrics_samples} reads of /metrics during the "
+                f"load)", indent=2)
+
+
+def print_comparison(runs: list[ConfigRun], num_requests: int, port: int) -> None:
+    report.section("CONFIGURATION COMPARISON")
+    report.table(["Cfg", "len", "seqs", "blocks", "conc.", "run/wait", "tok/s", "Lat(s)", "OK"],
+                 [(r.label[0], r.config.max_model_len, r.config.max_num_seqs,
+                   r.num_kv_blocks if r.num_kv_blocks is not None else "-",
+                   f"{r.kv_max_concurrency:.0f}x",
+                   f"{r.peak_num_requests_running}/{r.peak_num_requests_waiting}",
+                   f"{r.level.tokens_per_s:.1f}", load.seconds(r.level.mean_latency_s),
+                   f"{r.level.num_ok}/{num_requests}") for r in runs],
+                 widths=[4, 5, 6, 7, 7, 9, 8, 8, 7])
+    report.note(f"len = max_model_len, seqs = max_num_seqs, blocks = KV blocks of "
+                f"{runs[0].kv_block_size_tokens} tokens, conc. = max concurrency at len, "
+                f"run/wait = peak requests running/waiting, Lat = mean latency")
+    report.note(f"Server left running with config {CONFIGS[-1].label} on :{port}; "
+                f"`make stop` stops it (task 5 restarts the default).")
 
 
 def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
@@ -160,32 +188,75 @@ def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
                    f"{a.kv_max_concurrency:.0f}x to {b.kv_max_concurrency:.0f}x requests "
                    f"at once")
     else:   # blocks of max_model_len or more (settings.BLOCK_SIZE; vLLM's CPU default is 128)
-        block = b.kv_block_size
+        block = b.kv_block_size_tokens
         context = (f"max_model_len sets the KV memory per request in whole {block}-token blocks: "
                    f"{len_b} tokens hold {kv.cdiv(len_b, block)} "
                    f"block(s), {len_a} tokens {kv.cdiv(len_a, block)}, "
                    f"so B fits {b.kv_max_concurrency:.0f}x requests at once, A "
                    f"{a.kv_max_concurrency:.0f}x")
-    if c.peak_waiting:
+    if c.peak_num_requests_waiting:
         batch = (f"max_num_seqs caps the batch: with max_num_seqs={c.config.max_num_seqs}, "
-                 f"{c.peak_running} ran and {c.peak_waiting} waited; "
-                 f"{c.throughput_tok_s:.1f} tok/s against B's {b.throughput_tok_s:.1f} "
+                 f"{c.peak_num_requests_running} ran and {c.peak_num_requests_waiting} waited; "
+                 f"{c.level.tokens_per_s:.1f} tok/s against B's {b.level.tokens_per_s:.1f} "
                  f"(max_num_seqs={b.config.max_num_seqs})")
+    elif not c.peak_num_requests_running:   # no read of /metrics landed while requests ran
+        batch = (f"max_num_seqs={c.config.max_num_seqs}: /metrics answered "
+                 f"{c.num_metrics_samples} time(s) during C's load and never showed a request "
+                 f"running, so whether it capped the batch was not observed in this run")
     else:
         batch = (f"max_num_seqs={c.config.max_num_seqs} capped nothing here: at most "
-                 f"{c.peak_running} of the {num_requests} requests ran at once and none was "
-                 f"seen waiting")
-    if c.kv_blocks is None:   # an engine that does not export its block count
+                 f"{c.peak_num_requests_running} of the {num_requests} requests ran at once and "
+                 f"none was seen waiting")
+    if c.num_kv_blocks is None:   # an engine that does not export its block count
         return [context, batch]
-    same = c.kv_blocks == b.kv_blocks
+    same = c.num_kv_blocks == b.num_kv_blocks
     memory = (f"max_num_seqs divides no memory: C's KV cache is "
-              f"{'the same ' if same else ''}{c.kv_blocks} blocks"
-              + ("" if same else f" against B's {b.kv_blocks}")
+              f"{'the same ' if same else ''}{c.num_kv_blocks} blocks"
+              + ("" if same else f" against B's {b.num_kv_blocks}")
               + "; it only caps how many requests one engine step serves")
     return [context, batch, memory]
 
 
-def main(argv: list[str] | None = None) -> dict:
+# --- the figure ---------------------------------------------------------------------------------
+def draw_tuning(res: Tuning):
+    """Configs A, B, C side by side: tokens/s, latency, peak running and waiting."""
+    runs = res.configs
+    names = [f"{r.label.split(':')[0]}\nlen {r.config.max_model_len}\nseqs {r.config.max_num_seqs}"
+             for r in runs]
+    x = list(range(len(runs)))
+    fig, (tps, lat, peak) = figures.figure(4.4, 1, 3)
+    bars = tps.bar(x, [r.level.tokens_per_s for r in runs],
+                   color=[figures.color(i + 4) for i in x])
+    tps.bar_label(bars, fmt="%.1f")
+    tps.set(title="Throughput", ylabel="tokens/s")
+    _grouped(lat, x, [("mean", [r.level.mean_latency_s or 0 for r in runs], 4),
+                      ("p50", [r.level.p50_latency_s or 0 for r in runs], 1),
+                      ("p95", [r.level.p95_latency_s or 0 for r in runs], 5)])
+    lat.set(title="Latency per request", ylabel="seconds")
+    _grouped(peak, x, [("running", [r.peak_num_requests_running for r in runs], 2),
+                       ("waiting", [r.peak_num_requests_waiting for r in runs], 0)], labels=True)
+    peak.set(title="Requests at once (peak, /metrics)", ylabel="requests")
+    for ax in (tps, lat, peak):
+        ax.set_xticks(x, names, fontsize=9)
+    return figures.finish(fig, f"Task 7: three server configs, {res.num_requests} concurrent "
+                               f"requests each", res)
+
+
+def _grouped(ax, x: list[int], groups: list[tuple[str, list[float], int]],
+             labels: bool = False) -> None:
+    width = 0.8 / len(groups)
+    for k, (label, values, color) in enumerate(groups):
+        bars = ax.bar([i + (k - (len(groups) - 1) / 2) * width for i in x], values, width,
+                      color=figures.color(color), label=label)
+        if labels:
+            ax.bar_label(bars, fontsize=9)
+    ax.legend(fontsize=9)
+
+
+FIGURES = (("", draw_tuning),)
+
+
+def main(argv: list[str] | None = None) -> Tuning:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
@@ -196,30 +267,15 @@ def main(argv: list[str] | None = None) -> dict:
                             f"max_tokens={args.max_tokens}")
     report.row("Fixed for every config", f"kv_cache_memory_bytes={settings.KV_CACHE_BYTES}, "
                                          f"enforce_eager=True")
-    rows = [benchmark(args, config) for config in CONFIGS]
-
-    report.section("CONFIGURATION COMPARISON")
-    report.table(["Cfg", "len", "seqs", "blocks", "conc.", "run/wait", "tok/s", "Lat(s)", "OK"],
-                 [(r.label[0], r.config.max_model_len, r.config.max_num_seqs,
-                   r.kv_blocks if r.kv_blocks is not None else "-",
-                   f"{r.kv_max_concurrency:.0f}x", f"{r.peak_running}/{r.peak_waiting}",
-                   f"{r.throughput_tok_s:.1f}",
-                   "-" if r.mean_latency_s is None else f"{r.mean_latency_s:.2f}",
-                   f"{r.succeeded}/{args.requests}") for r in rows],
-                 widths=[4, 5, 6, 7, 7, 9, 8, 8, 7])
-    report.note(f"len = max_model_len, seqs = max_num_seqs, blocks = KV blocks of "
-                f"{rows[0].kv_block_size} tokens, conc. = max concurrency at len, run/wait = "
-                f"peak requests running/waiting, Lat = mean latency")
-    report.note(f"Server left running with config {CONFIGS[-1].label} on :{args.port}; "
-                f"`make stop` stops it (task 5 restarts the default).")
-    report.insight(insights(rows, args.requests))
-    data = {"settings": {"requests": args.requests, "max_tokens": args.max_tokens,
-                         "kv_cache_memory_bytes": settings.KV_CACHE_BYTES},
-            "configs": [r.to_dict() for r in rows]}
-    header = results.RunHeader.of(model, dtype, settings.num_cores())
-    figures.saved(results.save(SCRIPT, header, results.Tuning.from_dict(data)))
-    cli.fail_if_any_failed(sum(r.failed for r in rows))
-    return header.__dict__ | data
+    runs = [benchmark(args, config) for config in CONFIGS]
+    print_comparison(runs, args.requests, args.port)
+    report.insight(insights(runs, args.requests))
+    record = Tuning(header=results.RunHeader.of(model, dtype, settings.num_cores()),
+                    num_requests=args.requests, max_tokens=args.max_tokens,
+                    kv_cache_memory_bytes=settings.KV_CACHE_BYTES, configs=runs)
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    cli.fail_if_any_failed(sum(r.level.num_failed for r in runs))
+    return record
 
 
 if __name__ == "__main__":

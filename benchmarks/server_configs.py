@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,7 +80,7 @@ CONFIG_NAMES = [k.name for k in KNOBS] + [OFFLINE]
 
 
 @dataclass
-class ConfigResult:
+class ConfigResult(results.Record):
     name: str
     what: str
     status: str                      # "ok", "skipped" or "failed"
@@ -89,12 +89,24 @@ class ConfigResult:
     idle_pss_bytes: int = 0          # right after start-up
     peak_pss_bytes: int = 0          # during the warm-up and the load
     num_processes: int = 0           # server processes holding memory
-    kv_block_size: int | None = None   # as the engine reports it (/metrics, or the LLM's config)
+    # the KV cache as the engine reports it (/metrics, or the offline LLM's config)
+    kv_block_size_tokens: int | None = None
     kv_cache_tokens: int | None = None
-    levels: list[dict] = field(default_factory=list)   # load.LevelResult.summary() per level
+    levels: list[load.LoadLevel] = field(default_factory=list)   # as measured, per level
 
-    def tok_s(self, users: int) -> float | None:
-        return next((lv["throughput_tok_s"] for lv in self.levels if lv["users"] == users), None)
+    def tokens_per_s_at(self, num_users: int) -> float | None:
+        return next((lv.tokens_per_s for lv in self.levels if lv.num_users == num_users), None)
+
+
+@dataclass
+class ServerConfigs(results.Result):
+    """results/server_configs.json: every configuration's row, the findings chosen from them."""
+    users_per_level: list[int]       # --users
+    max_tokens: int                  # new tokens per request
+    lab_block_size_tokens: int       # the lab's own (settings.BLOCK_SIZE)
+    noise_fraction: float            # NOISE: run-to-run noise of one level
+    configs: list[ConfigResult]
+    findings: list[str]
 
 
 def config_list(text: str) -> list[str]:
@@ -144,8 +156,8 @@ def table_widths(users: list[int]) -> list[int]:
     return [13, 5, 8, 7, *(max(7, len(users_label(n)) + 1) for n in users), 8]
 
 
-def level_line(levels: list[dict]) -> str:
-    return " | ".join(f"{users_label(lv['users'])} {lv['throughput_tok_s']:.1f} tok/s"
+def level_line(levels: list[load.LoadLevel]) -> str:
+    return " | ".join(f"{users_label(lv.num_users)} {lv.tokens_per_s:.1f} tok/s"
                       for lv in levels)
 
 
@@ -169,21 +181,20 @@ def run_server(knob: Knob, model, dtype, args) -> ConfigResult:
         result.idle_pss_bytes, result.num_processes = memory.server_memory(srv.pid)
         cache = metrics.info_labels(metrics.fetch(srv.base_url), "vllm:cache_config")
         if cache.get("block_size") and cache.get("kv_cache_size_tokens"):
-            result.kv_block_size = int(cache["block_size"])
+            result.kv_block_size_tokens = int(cache["block_size"])
             result.kv_cache_tokens = int(cache["kv_cache_size_tokens"])
         prompts = load.user_prompts(max(args.users))
         with memory.PeakMemory(srv.pid, server_port=port) as peak:
             warmup = load.run_level(srv.base_url, srv.model_name, prompts[:1], args.max_tokens)
             if warmup.num_failed:
-                raise server.ServerError(f"the warm-up request failed: {warmup.requests[0].error}")
+                raise server.ServerError(f"the warm-up request failed: {warmup.errors[0]}")
             for users in args.users:
-                level = load.run_level(srv.base_url, srv.model_name, prompts[:users],
-                                       args.max_tokens)
-                result.levels.append(level.summary())
+                result.levels.append(load.run_level(srv.base_url, srv.model_name,
+                                                    prompts[:users], args.max_tokens))
         result.peak_pss_bytes = max(peak.peak_bytes, result.idle_pss_bytes)
-        errors = [e for lv in result.levels for e in lv["errors"]]
+        errors = [e for lv in result.levels for e in lv.errors]
         if errors:
-            num_failed = sum(lv["failed"] for lv in result.levels)
+            num_failed = sum(lv.num_failed for lv in result.levels)
             result.status, result.note = "failed", f"{num_failed} requests failed: {errors[0]}"
     except server.ServerError as e:
         result.status = "failed"
@@ -200,18 +211,16 @@ def run_offline(model, dtype, args) -> ConfigResult:
     eng = engine.start_engine(model.path, dtype.dtype)
     result.startup_s = eng.init_time_s
     capacity = engine.engine_capacity(eng)
-    result.kv_block_size, result.kv_cache_tokens = capacity.block_size, capacity.num_tokens
+    result.kv_block_size_tokens, result.kv_cache_tokens = capacity.block_size, capacity.num_tokens
     result.idle_pss_bytes, result.num_processes = memory.server_memory(os.getpid())
     prompts = load.user_prompts(max(args.users))
     with memory.PeakMemory(os.getpid()) as peak:
         engine.vllm_generate_batch(eng, prompts[:1], args.max_tokens)   # warm-up
         for users in args.users:
             duration_s, tokens = engine.vllm_generate_batch(eng, prompts[:users], args.max_tokens)
-            result.levels.append({"users": users, "total_tokens": tokens,
-                                  "duration_s": round(duration_s, 3),
-                                  "throughput_tok_s": round(tokens / duration_s, 2),
-                                  "mean_tpot_s": round(duration_s / args.max_tokens, 4),
-                                  "succeeded": users, "failed": 0, "errors": []})
+            result.levels.append(load.LoadLevel(users, users, duration_s, tokens,
+                                                tokens / duration_s,
+                                                mean_tpot_s=duration_s / args.max_tokens))
     result.peak_pss_bytes = max(peak.peak_bytes, result.idle_pss_bytes)
     return result
 
@@ -219,7 +228,7 @@ def run_offline(model, dtype, args) -> ConfigResult:
 def findings(rows: list[ConfigResult], top_users: int) -> list[str]:
     """What the table says at the most users, chosen from its figures: the best server
     configuration and those within the noise of it, block 16 against 128, server vs offline."""
-    ok = {r.name: r.tok_s(top_users) for r in rows if r.status == "ok"}
+    ok = {r.name: r.tokens_per_s_at(top_users) for r in rows if r.status == "ok"}
     servers = {name: tps for name, tps in ok.items() if name != OFFLINE}
     lines = []
     if servers:
@@ -236,13 +245,13 @@ def findings(rows: list[ConfigResult], top_users: int) -> list[str]:
                      f"{servers['block-128']:.1f} tok/s ({ratio:.0%}), {verdict} the "
                      f"{NOISE:.0%} noise")
     for r in rows:   # tokens held back and streamed at the end: TPOT is then no step time
-        top = next((lv for lv in r.levels if lv["users"] == top_users), None)
-        if (r.name != OFFLINE and top and top["mean_latency_s"] is not None   # None: all failed
-                and top.get("mean_ttft_s", 0) > top["mean_latency_s"] / 2):
+        top = next((lv for lv in r.levels if lv.num_users == top_users), None)
+        if (r.name != OFFLINE and top and top.mean_latency_s is not None   # None: all failed
+                and (top.mean_ttft_s or 0) > top.mean_latency_s / 2):
             lines.append(f"{r.name}: at {top_users} users the first token came after "
-                         f"{top['mean_ttft_s']:.1f} s of {top['mean_latency_s']:.1f} s: the "
+                         f"{top.mean_ttft_s:.1f} s of {top.mean_latency_s:.1f} s: the "
                          f"tokens reached the clients in a burst at the end, so its TPOT "
-                         f"({1000 * top['mean_tpot_s']:.0f} ms) is not its step time")
+                         f"({1000 * top.mean_tpot_s:.0f} ms) is not its step time")
     if OFFLINE in ok and "in-process" in servers:
         lines.append(f"The lab's server vs the offline engine at {top_users} users: "
                      f"{servers['in-process']:.1f} vs {ok[OFFLINE]:.1f} tok/s = "
@@ -256,10 +265,10 @@ def print_table(rows: list[ConfigResult], users: list[int]) -> None:
     def cells(r: ConfigResult):
         if r.status != "ok":
             return [r.name, "-", "-", "-", *("-" for _ in users), r.status]
-        top = max(r.levels, key=lambda lv: lv["users"])
+        top = max(r.levels, key=lambda lv: lv.num_users)
         return [r.name, r.num_processes, f"{r.startup_s:.1f}", f"{r.peak_pss_bytes / GB:.2f}",
-                *(f"{lv['throughput_tok_s']:.1f}" for lv in r.levels),
-                "-" if top["mean_tpot_s"] is None else f"{1000 * top['mean_tpot_s']:.0f}"]
+                *(f"{lv.tokens_per_s:.1f}" for lv in r.levels),
+                "-" if top.mean_tpot_s is None else f"{1000 * top.mean_tpot_s:.0f}"]
 
     report.table(["Config", "Proc", "Start s", "PSS GB", *level_headers, "TPOT ms"],
                  [cells(r) for r in rows], widths=table_widths(users))
@@ -271,7 +280,7 @@ def print_table(rows: list[ConfigResult], users: list[int]) -> None:
             report.paragraph(f"{r.name}: {r.status}, {r.note}")
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> ServerConfigs:
     args = parse_args(argv)
     model = cli.resolve_model_or_fail(args.model)
     dtype = settings.resolve_dtype(args.dtype)
@@ -301,14 +310,13 @@ def main(argv: list[str] | None = None) -> dict:
     lines = findings(rows, max(args.users))
     if lines:
         report.insight(lines)
-    data = {"model": model.name, "model_source": model.source, "model_path": model.path,
-            "dtype": dtype.dtype, "threads": settings.num_cores(), "cpu": settings.cpu_model_name(),
-            "settings": {"users": args.users, "max_tokens": args.max_tokens,
-                         "block_size": settings.BLOCK_SIZE, "noise": NOISE},
-            "configs": [asdict(r) for r in rows], "findings": lines}
-    figures.saved(results.save(SCRIPT, data))
+    record = ServerConfigs(header=results.RunHeader.of(model, dtype, settings.num_cores()),
+                           users_per_level=args.users, max_tokens=args.max_tokens,
+                           lab_block_size_tokens=settings.BLOCK_SIZE, noise_fraction=NOISE,
+                           configs=rows, findings=lines)
+    figures.saved(results.save(SCRIPT, record), record)   # the CPU: record.measured_on
     cli.fail_if_any_failed([r.name for r in rows if r.status == "failed"])
-    return data
+    return record
 
 
 if __name__ == "__main__":

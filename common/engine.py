@@ -1,5 +1,5 @@
 """The two engines of tasks 1-2, measured the same way: load, one untimed warm-up, then one
-timed generation of MAX_NEW_TOKENS tokens.
+timed generation of MAX_NEW_TOKENS tokens; and what both save of it (OneRequest).
 
 Both force the full 50 tokens (HF min_new_tokens, vLLM min_tokens: the end-of-sequence token is
 not sampled before then), so every run generates the same amount of work and tok/s compare.
@@ -7,9 +7,9 @@ not sampled before then), so every run generates the same amount of work and tok
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from common import kv, settings
+from common import kv, results, settings
 from common.shape import torch_dtype
 
 WARMUP_TOKENS = 4
@@ -31,8 +31,38 @@ class Generation:
     def tokens_per_s(self) -> float:
         return self.generated_tokens / self.total_time_s
 
-    def to_dict(self) -> dict:
-        return {**asdict(self), "tokens_per_s": round(self.tokens_per_s, 2)}
+
+# --- what tasks 1-2 save ---------------------------------------------------------------------
+@dataclass
+class Sampling(results.Record):
+    """What tasks 1-2 asked for: the prompt, how many new tokens, sampled how."""
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    seed: int
+
+
+@dataclass
+class OneRequest(results.Result):
+    """Tasks 1-2's result: one timed generation (Generation's figures, tok/s rounded to two
+    places) and what was asked for. Task 2 reads task 1's back as its baseline."""
+    engine: str
+    text: str
+    prompt_tokens: int
+    generated_tokens: int
+    total_time_s: float
+    load_time_s: float
+    threads: int
+    warmup_excluded: bool
+    tokens_per_s: float
+    settings: Sampling
+
+    @classmethod
+    def of(cls, gen: Generation, sampling: Sampling, header: results.RunHeader, **rest):
+        """The result of this generation; rest: the fields a task adds (task 2's comparison)."""
+        return cls(gen.engine, gen.text, gen.prompt_tokens, gen.generated_tokens,
+                   gen.total_time_s, gen.load_time_s, gen.threads, gen.warmup_excluded,
+                   round(gen.tokens_per_s, 2), sampling, header=header, **rest)
 
 
 # --- HuggingFace transformers ----------------------------------------------------------------

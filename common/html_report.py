@@ -2,12 +2,13 @@
 
     python -m common.html_report      # `make report`; `make lab` writes it at its end
 
-One self-contained file that opens offline (the figures are embedded as data: URIs, the page
-loads nothing): the machine, model, dtype and dates of the run at the top; then every step of
-the lab in order, each with its boxed report as the learner saw it (results/<script>.txt, which
-`make lab` saves as each step runs) and its figures, drawn again here from results/<script>.json
-(common.figures); then the summary with the roofline. A step with no saved result says "not run
-yet", with the command that runs it. Nothing is measured and no model runs.
+It leads with the answer: the run (machine, model, dtype, dates), then the source's closing table
+(its section 10) with the source's own figure beside this run's for every step, then every
+figure, drawn again here from results/<script>.json (each task's FIGURES), then each step's
+boxed report as the learner saw it (results/<script>.txt, which `make lab` saves as each step
+runs), folded away, one click to open. One self-contained file that opens offline: the figures
+are embedded as data: URIs and the page loads nothing. A step with no saved result says "not
+run yet", with the command that runs it. Nothing is measured and no model runs.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import base64
 import html
 from pathlib import Path
 
-from common import cli, figures, report, results, settings
+import summary
+from common import cli, figures, report, results, settings, steps
 
 PAGE = "report.html"
 STYLE = """
@@ -24,20 +26,53 @@ body { font-family: system-ui, sans-serif; max-width: 1040px; margin: 0 auto; pa
 h1 { margin-bottom: 0.2em; }
 h2 { border-top: 2px solid #ccc; padding-top: 0.8em; margin-top: 1.6em; }
 table.run td { padding: 0.1em 1em 0.1em 0; vertical-align: top; }
+table.steps { border-collapse: collapse; width: 100%; }
+table.steps th, table.steps td { border-bottom: 1px solid #ddd; padding: 0.35em 0.6em;
+                                 text-align: left; vertical-align: top; }
+table.steps th { background: #f0f0f0; }
+table.steps td.source { color: #555; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 13px;
       line-height: 1.25; border: 1px solid #e2e2e2; }
 img { max-width: 100%; height: auto; display: block; margin: 0.8em 0;
       border: 1px solid #e2e2e2; }
+details { margin: 0.4em 0; }
+summary { cursor: pointer; font-weight: 600; padding: 0.3em 0; }
 .missing { color: #8a4b00; font-style: italic; }
-nav a { margin-right: 0.8em; white-space: nowrap; }
 """
 
 
-def step_names() -> list[str]:
-    """The lab's steps, in order, as results name them, then the summary (common/steps.py)."""
-    from common import steps
+class Section:
+    """One part of the page: a step, or the summary; its record and figures."""
 
-    return steps.report_names()
+    def __init__(self, name: str, script: str, record: type[results.Result], entries, label: str):
+        self.name, self.script, self.record, self.entries, self.label = (
+            name, script, record, entries, label)
+
+
+def sections() -> list[Section]:
+    """The lab's steps, in order (common/steps.py), then the summary."""
+    return ([Section(s.name, s.script, s.record, s.figures, s.label) for s in steps.STEPS]
+            + [Section(summary.SCRIPT, "summary.py", summary.RECORD, summary.FIGURES,
+                       "python summary.py")])
+
+
+def load(parts: list[Section]) -> tuple[dict[str, results.Result], dict[str, str]]:
+    """Every saved result, typed, and the one line of each this lab cannot read."""
+    res, stale = {}, {}
+    for part in parts:
+        try:
+            record = results.load(part.name, part.record, part.label)
+        except results.StaleResult as e:
+            stale[part.name] = str(e)
+            continue
+        if record is not None:
+            res[part.name] = record
+    try:
+        if (run := results.load("lab_run", results.LabRun, "make lab")) is not None:
+            res["lab_run"] = run
+    except results.StaleResult:
+        pass
+    return res, stale
 
 
 def report_text(name: str) -> str | None:
@@ -62,71 +97,99 @@ def image(path: Path) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(path.name)}">'
 
 
-def header(res: dict[str, dict]) -> str:
+def when(result: results.Result) -> str:
+    return (result.measured_at or "?")[:16].replace("T", " ")
+
+
+def header(res: dict[str, results.Result]) -> str:
     """The run at the top: machine, model and dtype, dates, the lab's own time."""
     rows = []
-    machine = next((r for r in res.values() if figures.machine_of(r) != "machine not recorded"),
-                   None)
+    machine = next((r for r in res.values() if r.measured_on), None)
     rows.append(("Machine", figures.machine_of(machine) if machine else
                  f"{settings.cpu_model_name()}, {settings.num_cores()} cores (this machine; "
                  f"the results do not say)"))
-    runs = results.what_ran({name: results.RunHeader.from_dict(r) for name, r in res.items()})
+    runs = results.what_ran({name: r.header for name, r in res.items()})
     if runs:
         rows.append(("Model, dtype", f"{runs[0][0]}, {runs[0][1]}"))
-        rows += [("", f"NOTE: {', '.join(steps)} ran {model}, {dtype}")
-                 for model, dtype, steps in runs[1:]]
-    dates = sorted(r["measured_at"] for r in res.values() if "measured_at" in r)
+        rows += [("", f"NOTE: {', '.join(names)} ran {model}, {dtype}")
+                 for model, dtype, names in runs[1:]]
+    dates = sorted(when(r) for r in res.values() if r.measured_at)
     if dates:
-        rows.append(("Measured", f"{dates[0][:16].replace('T', ' ')} to "
-                                 f"{dates[-1][:16].replace('T', ' ')}"))
+        rows.append(("Measured", f"{dates[0]} to {dates[-1]}"))
     run = res.get("lab_run")
     if run:
-        how = "python lab.py --quick (small workloads)" if run.get("quick") else "make lab"
-        done = "completed" if run.get("completed") else "stopped at a failing step"
-        rows.append(("Last lab run", f"{how}: {run['total_seconds'] / 60:.1f} min, {done}"))
+        how = "python lab.py --quick (small workloads)" if run.quick else "make lab"
+        done = "completed" if run.completed else "stopped at a failing step"
+        rows.append(("Last lab run", f"{how}: {run.total_seconds / 60:.1f} min, {done}"))
     return ('<table class="run">' + "".join(
         f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>" for k, v in rows)
         + "</table>")
 
 
-def section(name: str, res: dict[str, dict]) -> str:
-    text = report_text(name)
-    parts = [f'<h2 id="{name}">{html.escape(title_of(name, text))}</h2>']
-    script = "summary.py" if name == "summary" else f"{name}.py"
-    if name not in res:
-        return parts[0] + f'<p class="missing">not run yet: python {script}</p>'
-    r = res[name]
-    parts.append(f"<p>{html.escape(script)}, measured "
-                 f"{html.escape(str(r.get('measured_at', '?'))[:16].replace('T', ' '))} on "
-                 f"{html.escape(figures.machine_of(r))}</p>")
+def steps_table(res: dict[str, results.Result], stale: dict[str, str]) -> str:
+    """The source's section 10, step by step: the source's figure beside this run's."""
+    rows = summary.table_rows(res, stale)
+    body = "".join(
+        f"<tr><td>{html.escape(r.step)}</td><td>{html.escape(r.what)}</td>"
+        f'<td class="source">{html.escape(r.source)}</td><td>{html.escape(r.figure)}</td></tr>'
+        for r in rows)
+    return ('<h2 id="table">What each step showed (the source\'s section 10)</h2>'
+            '<table class="steps"><tr><th>Step</th><th>What it showed</th>'
+            '<th>Source (SmolLM-135M, 2-core 4 GB VM)</th><th>This run</th></tr>'
+            f"{body}</table>")
+
+
+def figures_part(parts: list[Section], res: dict[str, results.Result]) -> str:
+    """Every figure of every step and of the summary, drawn again from the saved results."""
+    out = ['<h2 id="figures">Figures</h2>']
+    for part in parts:
+        if part.name not in res:
+            continue
+        for path, error in figures.draw(part.name, res[part.name], part.entries):
+            out.append(image(path) if error is None else
+                       f'<p class="missing">Figure {html.escape(path.name)} not drawn: '
+                       f'{html.escape(error)}</p>')
+    return "\n".join(out)
+
+
+def folded_report(part: Section, res: dict[str, results.Result], stale: dict[str, str]) -> str:
+    """A step's boxed report, folded (<details>): its title is the one line shown."""
+    text = report_text(part.name)
+    title = html.escape(title_of(part.name, text))
+    if part.name not in res:
+        why = stale.get(part.name) or f"not run yet: {part.label}"
+        return (f'<details id="{part.name}"><summary>{title}</summary>'
+                f'<p class="missing">{html.escape(why)}</p></details>')
+    r = res[part.name]
+    body = [f"<p>{html.escape(part.script)}, measured {html.escape(when(r))} on "
+            f"{html.escape(figures.machine_of(r))}</p>"]
     if text is None:
-        parts.append('<p class="missing">No report text saved (`make lab` saves each step\'s '
-                     'report as it runs; this result was saved by a run of its own).</p>')
+        body.append('<p class="missing">No report text saved (`make lab` saves each step\'s '
+                    'report as it runs; this result was saved by a run of its own).</p>')
     else:
-        parts.append(f"<pre>{html.escape(text)}</pre>")
-    for path, error in figures.save_figures(name, res):
-        parts.append(image(path) if error is None else
-                     f'<p class="missing">Figure {html.escape(path.name)} not drawn: '
-                     f'{html.escape(error)}</p>')
-    return "\n".join(parts)
+        body.append(f"<pre>{html.escape(text)}</pre>")
+    return (f'<details id="{part.name}"><summary>{title}</summary>' + "".join(body)
+            + "</details>")
 
 
-def build(names: list[str]) -> str:
-    res = figures.load_results()
-    nav = " ".join(f'<a href="#{n}">{html.escape(n)}</a>' for n in names)
-    body = "\n".join(section(n, res) for n in names)
+def build(parts: list[Section]) -> str:
+    res, stale = load(parts)
+    reports = "\n".join(folded_report(p, res, stale) for p in parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<link rel="icon" href="data:,"><title>vLLM lab report</title>'
             f"<style>{STYLE}</style></head><body>"
-            f"<h1>vLLM lab report</h1>{header(res)}<nav>{nav}</nav>\n{body}\n</body></html>\n")
+            f"<h1>vLLM lab report</h1>{header(res)}\n{steps_table(res, stale)}\n"
+            f"{figures_part(parts, res)}\n"
+            f'<h2 id="reports">Every step\'s report (click to open)</h2>\n{reports}\n'
+            f"</body></html>\n")
 
 
-def write(names: list[str] | None = None) -> Path:
+def write(parts: list[Section] | None = None) -> Path:
     """Write results/report.html (figures drawn again from the saved results) and return it."""
     path = settings.results_dir() / PAGE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build(step_names() if names is None else names), encoding="utf-8")
+    path.write_text(build(sections() if parts is None else parts), encoding="utf-8")
     return path
 
 

@@ -1,11 +1,12 @@
 """KV-cache arithmetic and the data of tasks 3-4: the source's five requests, contiguous
-allocation, the page allocator, token slots in bytes for the model that runs, and the engine's
-capacity derived from the model config (task 2 checks it against what vLLM reports)."""
+allocation (task 4's pages are counted against it), token slots in bytes for the model that
+runs, and the engine's capacity derived from the model config (task 2 checks it against what
+vLLM reports). Task 4's own page allocator lives in task_4_paged_attention.py."""
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from common import results
 from common.shape import DTYPE_BYTES, ModelShape
 
 
@@ -74,7 +75,6 @@ SOURCE_REQUESTS = [("Short question", 45), ("Medium paragraph", 128), ("Quick gr
                    ("Long document", 256), ("Code snippet", 67)]
 MAX_LEN = 512             # slots contiguous allocation reserves per request (the source's)
 TOTAL_SLOTS = 10_000      # token slots of memory for the concurrent-user estimate
-MIB = 1024 * 1024
 
 
 def request_names(lengths: list[int]) -> list[str]:
@@ -82,6 +82,25 @@ def request_names(lengths: list[int]) -> list[str]:
     if lengths == [n for _, n in SOURCE_REQUESTS]:
         return [name for name, _ in SOURCE_REQUESTS]
     return [f"{n} tokens" for n in lengths]
+
+
+@dataclass
+class Simulation(results.Record):
+    """What tasks 3-4 simulated: their --lengths, --max-len and --total-slots."""
+    lengths_tokens: list[int]      # tokens each request really uses
+    max_len_slots: int             # slots contiguous allocation reserves per request
+    total_slots: int               # token slots of memory for the concurrent-user estimate
+
+
+@dataclass
+class InBytes(results.Record):
+    """What tasks 3-4 save of their KVBytes: the model's bytes per token, the lab's budget."""
+    kv_bytes_per_token: int
+    budget_bytes: int
+    budget_token_slots: int
+    budget_blocks: int             # the budget in whole vLLM blocks...
+    block_size_tokens: int         # ...of this many tokens
+    users_in_budget: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -97,11 +116,11 @@ class KVBytes:
     def budget_tokens(self) -> int:
         return self.budget_bytes // self.model_kv.bytes_per_token
 
-    def to_dict(self) -> dict:
-        return {"kv_bytes_per_token": self.model_kv.bytes_per_token,
-                "budget_bytes": self.budget_bytes, "budget_token_slots": self.budget_tokens,
-                "budget_blocks": self.in_blocks.num_blocks, "block_size": self.in_blocks.block_size,
-                "users_in_budget": {label: fit for label, _, fit in self.users}}
+    def saved(self) -> InBytes:
+        """What tasks 3-4 save of it."""
+        return InBytes(self.model_kv.bytes_per_token, self.budget_bytes, self.budget_tokens,
+                       self.in_blocks.num_blocks, self.in_blocks.block_size,
+                       {label: fit for label, _, fit in self.users})
 
 
 def kv_bytes(model_kv: ModelKV, budget_bytes: int, block_size: int, max_model_len: int,
@@ -115,7 +134,7 @@ def kv_bytes(model_kv: ModelKV, budget_bytes: int, block_size: int, max_model_le
                                    max_model_len))
 
 
-# --- Task 3: contiguous pre-allocation -------------------------------------------------------
+# --- Tasks 3-4: contiguous pre-allocation (task 4 counts its pages the same way) ------------
 @dataclass(frozen=True)
 class Allocation:
     num_used: int        # token slots the request actually fills
@@ -160,104 +179,3 @@ def users_that_fit(total_slots: int, slots_per_request: int) -> int:
 def mean_slots(total: int, num_requests: int) -> int:
     """Mean slots per request in whole slots, rounded down (the source's 519 // 5 = 103)."""
     return total // num_requests
-
-
-# --- Task 4: paged allocation with a real allocator ------------------------------------------
-class OutOfPages(Exception):
-    pass
-
-
-class PageAllocator:
-    """A pool of fixed-size pages handed out one at a time from a free list (vLLM's
-    BlockPool / nano-vllm's BlockManager)."""
-
-    def __init__(self, num_pages: int, page_size: int):
-        self.page_size = page_size
-        self.num_pages = num_pages
-        self.free_pages: deque[int] = deque(range(num_pages))
-
-    @property
-    def num_free(self) -> int:
-        return len(self.free_pages)
-
-    def allocate(self) -> int:
-        if not self.free_pages:
-            raise OutOfPages(f"all {self.num_pages} pages are in use")
-        return self.free_pages.popleft()
-
-    def free(self, pages: list[int]) -> None:
-        self.free_pages.extend(pages)
-
-
-@dataclass
-class Sequence:
-    """One request's tokens and its page table (logical page i -> physical page id)."""
-    name: str
-    num_tokens: int = 0
-    page_table: list[int] = field(default_factory=list)
-
-    def append_slot(self, allocator: PageAllocator) -> None:
-        """Add one token; take a new page only when the last one is full."""
-        if self.num_tokens % allocator.page_size == 0:
-            self.page_table.append(allocator.allocate())
-        self.num_tokens += 1
-
-
-@dataclass(frozen=True)
-class PagedRun:
-    sequences: list[Sequence]
-    summary: AllocationSummary
-    num_pool_pages: int
-    num_pages_peak: int     # most pages in use at once (requests finish at different times)
-    num_free_after: int     # pages free once every request finished (all back: == pool size)
-    num_pages_reused: int   # pages handed out again after the request that had them finished
-    num_preempted: int      # times a request gave its pages back to let the others go on
-    finish_steps: list[int]  # decode step at which each request had all its tokens
-
-
-def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pages: int) -> PagedRun:
-    """Decode every request at once, one token per request per step, interleaved, so pages are
-    handed out as tokens arrive (and a request's pages need not be next to each other). A request
-    gives its pages back when it has all its tokens; the free list hands them to the requests
-    still growing. A request that finds no free page waits a step; when every request waits (the
-    pool is full of unfinished requests), the newest gives all its pages back and starts over
-    later, as vLLM's scheduler preempts by recomputation. No request may need more than the pool.
-    """
-    if max(cdiv(n, page_size) for n in lengths) > num_pool_pages:
-        raise OutOfPages(f"a request of {max(lengths)} tokens needs more than the "
-                         f"{num_pool_pages} pages of the pool")
-    allocator = PageAllocator(num_pool_pages, page_size)
-    sequences = [Sequence(name) for name in names]
-    finish_steps = [0] * len(sequences)
-    handed_out: set[int] = set()
-    num_pages_peak = num_reused = num_preempted = step = 0
-    while not all(finish_steps):
-        step += 1
-        progressed = False
-        for seq, done in zip(sequences, finish_steps):
-            if done:
-                continue
-            num_pages = len(seq.page_table)
-            try:
-                seq.append_slot(allocator)
-            except OutOfPages:
-                continue                                   # waits for a page to come back
-            progressed = True
-            if len(seq.page_table) > num_pages:            # this token took a new page
-                num_reused += seq.page_table[-1] in handed_out
-                handed_out.add(seq.page_table[-1])
-        num_pages_peak = max(num_pages_peak, num_pool_pages - allocator.num_free)
-        for i, (seq, length) in enumerate(zip(sequences, lengths)):
-            if not finish_steps[i] and seq.num_tokens == length:
-                finish_steps[i] = step
-                allocator.free(seq.page_table)             # the pages go back to the pool...
-        if not progressed:                                 # ...or the newest one gives its back
-            victim = next(s for s, done in zip(reversed(sequences), reversed(finish_steps))
-                          if not done and s.page_table)
-            allocator.free(victim.page_table)
-            victim.page_table, victim.num_tokens = [], 0
-            num_preempted += 1
-    summary = AllocationSummary([Allocation(s.num_tokens, len(s.page_table) * page_size)
-                                 for s in sequences])
-    return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free,
-                    num_reused, num_preempted, finish_steps)

@@ -1,17 +1,19 @@
-"""The load generator of tasks 6-7, measured the way vLLM's own `vllm bench serve` does it:
-every request is streamed, so each has a time to first token (TTFT), a time per output token
-after the first (TPOT) and an end-to-end latency; failures are counted, never dropped."""
+"""The load generator of tasks 6-8, 10 and the benchmarks, measured the way vLLM's own
+`vllm bench serve` does it: every request is streamed, so each has a time to first token (TTFT),
+a time per output token after the first (TPOT) and an end-to-end latency; failures are counted,
+never dropped. A level of load has one form, LoadLevel: what run_level returns, and what a task
+saves in its result as it is."""
 from __future__ import annotations
 
 import asyncio
 import json
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
-from common import settings
+from common import results, settings
 
 REQUEST_TIMEOUT_S = 600
 
@@ -87,79 +89,88 @@ def percentile(values: list[float], pct: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-@dataclass
-class LevelResult:
-    """num_users requests sent at once, one per user."""
-    num_users: int
-    duration_s: float
-    requests: list[RequestResult]
+def seconds(value: float | None) -> str:
+    """A latency for a report: '-' where nothing was measured (no request succeeded)."""
+    return "-" if value is None else f"{value:.2f}"
 
-    @property
-    def ok(self) -> list[RequestResult]:
-        return [r for r in self.requests if r.success]
+
+@dataclass
+class LoadLevel(results.Record):
+    """One load level: num_users requests, one per user, sent at once (is_concurrent) or one
+    after another, each streamed. Its figures are those of the requests that succeeded (None:
+    none did); failures are counted. This record is what run_level returns and what tasks 6-7
+    save as it is; `requests` keeps the raw per-request results of a level measured now (not
+    saved: a level read back from disk has none)."""
+    num_users: int
+    num_ok: int                             # requests that succeeded
+    duration_s: float                       # wall time of the level, first send to last token
+    num_output_tokens: int                  # of the requests that succeeded
+    tokens_per_s: float                     # num_output_tokens / duration_s, all users together
+    mean_latency_s: float | None = None     # end to end, per request
+    p50_latency_s: float | None = None
+    p95_latency_s: float | None = None
+    mean_ttft_s: float | None = None        # time to first token
+    p95_ttft_s: float | None = None
+    mean_tpot_s: float | None = None        # time per output token after the first
+    errors: list[str] = field(default_factory=list)   # the failed requests' errors, distinct
+    is_concurrent: bool = True
+    requests: list[RequestResult] = field(default_factory=list, init=False, repr=False,
+                                          compare=False)
+
+    @classmethod
+    def of(cls, requests: list[RequestResult], duration_s: float,
+           is_concurrent: bool = True) -> "LoadLevel":
+        """The level's figures from its requests' results, the results kept in `requests`."""
+        ok = [r for r in requests if r.success]
+
+        def mean(what: str) -> float | None:
+            return statistics.fmean(sorted(getattr(r, what) for r in ok)) if ok else None
+
+        def pct(what: str, p: float) -> float | None:
+            return percentile([getattr(r, what) for r in ok], p) if ok else None
+
+        num_tokens = sum(r.output_tokens for r in ok)
+        level = cls(len(requests), len(ok), duration_s, num_tokens, num_tokens / duration_s,
+                    mean("latency_s"), pct("latency_s", 50), pct("latency_s", 95),
+                    mean("ttft_s"), pct("ttft_s", 95), mean("tpot_s"),
+                    sorted({r.error for r in requests if not r.success}), is_concurrent)
+        level.requests = list(requests)
+        return level
 
     @property
     def num_failed(self) -> int:
-        return len(self.requests) - len(self.ok)
+        return self.num_users - self.num_ok
 
     @property
-    def total_tokens(self) -> int:
-        return sum(r.output_tokens for r in self.ok)
+    def ok(self) -> list[RequestResult]:
+        """The raw results of the requests that succeeded (measured now; none when read back)."""
+        return [r for r in self.requests if r.success]
 
-    @property
-    def throughput(self) -> float:
-        """Output tokens per second over the wall time of the whole level."""
-        return self.total_tokens / self.duration_s
-
-    def latency_stat(self, what: str) -> float:
-        values = sorted(getattr(r, what) for r in self.ok)
-        return statistics.fmean(values) if values else 0.0
-
-    def latency_percentile(self, pct: float) -> float:
-        return percentile([r.latency_s for r in self.ok], pct)
-
-    @property
-    def errors(self) -> list[str]:
-        """The distinct errors of the failed requests, sorted."""
-        return sorted({r.error for r in self.requests if not r.success})
-
-    def seconds(self, value: float) -> str:
-        """A latency for a report: '-' where no request succeeded (nothing was measured)."""
-        return f"{value:.2f}" if self.ok else "-"
-
-    def summary(self) -> dict:
-        def measured(value: float, digits: int) -> float | None:   # None: no request succeeded
-            return round(value, digits) if self.ok else None
-
-        return {"users": self.num_users, "total_tokens": self.total_tokens,
-                "duration_s": round(self.duration_s, 3), "throughput_tok_s": round(self.throughput, 2),
-                "mean_latency_s": measured(self.latency_stat("latency_s"), 3),
-                "p50_latency_s": measured(self.latency_percentile(50), 3),
-                "p95_latency_s": measured(self.latency_percentile(95), 3),
-                "mean_ttft_s": measured(self.latency_stat("ttft_s"), 3),
-                "mean_tpot_s": measured(self.latency_stat("tpot_s"), 4),
-                "succeeded": len(self.ok), "failed": self.num_failed,
-                "errors": self.errors}
+    def to_dict(self) -> dict:
+        saved = super().to_dict()
+        del saved["requests"]          # the figures above are what a level saves
+        return saved
 
 
 async def _run(base_url: str, model: str, prompts: list[str], max_tokens: int,
-               concurrent: bool) -> LevelResult:
+               concurrent: bool) -> LoadLevel:
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)   # no client-side cap on concurrent requests
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         start = time.perf_counter()
         if concurrent:
-            results = await asyncio.gather(*(send_streaming(session, base_url, model, p, max_tokens)
-                                              for p in prompts))
+            requests = await asyncio.gather(*(send_streaming(session, base_url, model, p,
+                                                             max_tokens) for p in prompts))
         else:
-            results = [await send_streaming(session, base_url, model, p, max_tokens)
-                       for p in prompts]
-        return LevelResult(len(prompts), time.perf_counter() - start, list(results))
+            requests = [await send_streaming(session, base_url, model, p, max_tokens)
+                        for p in prompts]
+        return LoadLevel.of(list(requests), time.perf_counter() - start, concurrent)
 
 
 def run_level(base_url: str, model: str, prompts: list[str], max_tokens: int,
-              concurrent: bool = True) -> LevelResult:
-    """Send every prompt at once (concurrent) or one after another; wait for all."""
+              concurrent: bool = True) -> LoadLevel:
+    """Send every prompt at once (concurrent) or one after another; wait for all. One user per
+    prompt: the level's num_users is len(prompts)."""
     return asyncio.run(_run(base_url, model, prompts, max_tokens, concurrent))
 
 

@@ -1,17 +1,19 @@
 """results/<script>.json: what each script measured, for the summary, the figures and graders.
 
-One function writes a result (`save`), one reads it back (`load`), into the same dataclass:
+A script's result is one dataclass, built as it measures and saved whole; it is read back into
+the same dataclass (nested records, lists and numbers typed), so the summary, the figures and
+the report page read attributes, never keys:
 
-    results.save(SCRIPT, RunHeader.of(model, dtype, threads), data)   # data: a Record or a dict
-    results.load("task_6_multi_user_load")                            # -> MultiUserLoad
+    results.save(SCRIPT, PagedKV(header=RunHeader.of(model, dtype, threads), ...))
+    results.load("task_4_paged_attention", PagedKV, "task 4")      # -> PagedKV, or None
 
 Every file carries the run header (which model, from where, which dtype and why, threads), when
-and on which machine it was measured, and LAB_RESULTS, the version of this layout. A Record
-types the fields the lab reads back (the summary's row, the roofline); everything else a script
-saved rides along in `extra`, so the JSON a grader opens is the same flat file it always was.
+and on which machine it was measured, and LAB_RESULTS, the version of this layout. Each task's
+record lives with its task (its script names it RECORD); this module holds only what every
+result shares and the lab's own records (lab.py's run, the machine's figures, the summary).
 
-A file from an older lab (no LAB_RESULTS, or a field the lab now reads is missing or of the
-wrong kind) or a broken one raises StaleResult, whose message is one line:
+A file from an older lab (another LAB_RESULTS, or a field missing or of the wrong kind) or a
+broken one raises StaleResult, whose message is one line:
 "results/task_6_multi_user_load.json was written by an older lab: run task 6 again".
 """
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pathlib import Path
 
 from common import settings
 
-LAB_RESULTS = 2   # the layout version: 2 = run header + typed records (issue 17)
+LAB_RESULTS = 3   # the layout version: 2 = run header + typed records (issue 17); 3 = whole
+                  # records, every unit in its field's name (issue 22)
 
 
 class StaleResult(Exception):
@@ -36,34 +39,34 @@ class StaleResult(Exception):
 # --- the records ---------------------------------------------------------------------------------
 @dataclass
 class Record:
-    """A typed result. Fields are what the lab reads back; `extra` keeps the rest as saved."""
-    extra: dict = field(default_factory=dict, kw_only=True, repr=False)
+    """A typed part of a result: its fields are everything saved, JSON on disk."""
 
     def to_dict(self) -> dict:
+        """The fields as JSON values; a figure not measured (None where the default is None)
+        is left out, as it was never saved."""
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name != "extra" and not (value is None and f.default is None):
-                out[f.name] = _plain(value)   # a figure not measured is left out, as saved
-        return {**out, **self.extra}
+            if not (value is None and f.default is None):
+                out[f.name] = _plain(value)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict):
-        """The record, its fields typed (nested records too); keys it does not name go to extra.
-        A missing field without a default, or a value of the wrong kind, raises ValueError."""
+        """The record, its fields typed (nested records too); keys it does not name are left
+        out. A missing field without a default, or a value of the wrong kind, raises ValueError."""
         if not isinstance(data, dict):
             raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
         hints = typing.get_type_hints(cls)
-        known, kwargs = set(), {}
+        kwargs = {}
         for f in dataclasses.fields(cls):
-            if f.name == "extra":
+            if not f.init:
                 continue
-            known.add(f.name)
             if f.name in data:
                 kwargs[f.name] = _typed(hints[f.name], data[f.name], f"{cls.__name__}.{f.name}")
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ValueError(f"{cls.__name__}: no {f.name!r}")
-        return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known})
+        return cls(**kwargs)
 
 
 def _plain(value):
@@ -71,7 +74,7 @@ def _plain(value):
         return value.to_dict()
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -97,10 +100,24 @@ def _typed(hint, value, where: str):
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list")
         return [_typed(args[0], v, where) for v in value] if args else value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_typed(args[0], v, where) for v in value)
+        if args and len(args) != len(value):
+            raise ValueError(f"{where}: expected {len(args)} items")
+        return tuple(_typed(a, v, where) for a, v in zip(args, value)) if args else tuple(value)
     if origin is dict:
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object")
-        return {k: _typed(args[1], v, where) for k, v in value.items()} if args else value
+        if not args:
+            return value
+        key = int if args[0] is int else (lambda k: k)   # JSON keys are strings: 1 -> "1"
+        try:
+            return {key(k): _typed(args[1], v, where) for k, v in value.items()}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{where}: expected a number, got {value!r}")
@@ -140,11 +157,22 @@ class RunHeader:
 
 
 @dataclass
+class Machine(Record):
+    """The machine that measured a result: results.save stamps it on every one."""
+    cpu: str
+    cores: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.cpu}, {self.cores} cores"
+
+
+@dataclass
 class Result(Record):
     """A step's saved result: its header, when and where it was measured, its figures."""
     header: RunHeader = field(default_factory=RunHeader, kw_only=True)
     measured_at: str = field(default="", kw_only=True)
-    measured_on: dict | None = field(default=None, kw_only=True)
+    measured_on: Machine | None = field(default=None, kw_only=True)
 
     def to_dict(self) -> dict:
         body = super().to_dict()
@@ -164,140 +192,7 @@ class Result(Record):
         return record
 
 
-# task 0
-@dataclass
-class EnvironmentCheck(Result):
-    passed: int
-    total: int
-    machine: dict | None = None
-
-
-# tasks 1 and 2: one request
-@dataclass
-class OneRequest(Result):
-    tokens_per_s: float
-    total_time_s: float | None = None
-    generated_tokens: int | None = None
-    prompt_tokens: int | None = None
-
-
-@dataclass
-class HFBaseline(OneRequest):
-    pass
-
-
-@dataclass
-class VLLMInference(OneRequest):
-    speedup: float | None = None
-
-
-# tasks 3 and 4
-@dataclass
-class ContiguousKV(Result):
-    utilization_pct: float
-
-
-@dataclass
-class PagedFigures(Record):
-    utilization_pct: float
-
-
-@dataclass
-class PagedKV(Result):
-    paged: PagedFigures
-    users_ratio: float | None = None
-
-
-# task 5
-@dataclass
-class HttpCall(Record):
-    latency_s: float
-
-
-@dataclass
-class ApiServer(Result):
-    raw_http: HttpCall
-
-
-# task 6
-@dataclass
-class LoadLevel(Record):
-    users: int
-    throughput_tok_s: float | None = None
-    mean_tpot_s: float | None = None
-
-
-@dataclass
-class MultiUserLoad(Result):
-    levels: list[LoadLevel]
-    scaling_factor: float
-
-
-# task 7
-@dataclass
-class TuningRun(Record):
-    label: str
-    throughput_tok_s: float
-
-
-@dataclass
-class Tuning(Result):
-    configs: list[TuningRun]
-
-
-# task 8
-@dataclass
-class Snapshot(Record):
-    running: int | float
-    waiting: int | float
-    kv_usage: float | None = None
-
-
-@dataclass
-class Interval(Record):
-    tokens_per_s: float
-
-
-@dataclass
-class LoadSent(Record):
-    sent: int
-
-
-@dataclass
-class Dashboard(Result):
-    snapshot: Snapshot
-    last_interval: Interval | None = None   # None: the server restarted between the two reads
-    load: LoadSent | None = None
-
-
-# task 9
-@dataclass
-class Correctness(Record):
-    num_identical: int
-    num_prompts: int
-
-
-@dataclass
-class OwnEngine(Result):
-    correctness: Correctness
-    continuous_over_static: float | None = None
-    engine_over_vllm: float | None = None
-
-
-@dataclass
-class PrefixCaching(Result):
-    hit_rate: float                  # mini_engine, cache on: prompt tokens taken from the cache
-    ttft_off_s: float                # mini_engine's mean TTFT, cache off and on
-    ttft_on_s: float
-    vllm_hit_rate: float | None = None   # vLLM's, from /metrics (None: part 4 not run)
-
-
-# the summary, lab.py's run, the machine's figures
-@dataclass
-class Summary(Result):
-    rows: list[dict] = field(default_factory=list)
-
-
+# --- the lab's own records: lab.py's run, the machine's figures -----------------------------------
 @dataclass
 class LabStepRun(Record):
     script: str
@@ -310,33 +205,12 @@ class LabStepRun(Record):
 
 @dataclass
 class LabRun(Result):
+    """results/lab_run.json: every step `make lab` ran, its time and peak memory."""
     total_seconds: float
     completed: bool
     steps: list[LabStepRun]
     quick: bool = False
-
-
-@dataclass
-class MachineFigures(Result):
-    bandwidth_bytes_s: float
-    flops_s: dict[str, float]
-    threads: int
-    matmul_n: dict[str, int] | None = None
-    kernel_floor: dict | None = None
-    host: str = "?"
-
-
-# result name -> its record (steps.py names the tasks'; these are the lab's own)
-LAB_RECORDS: dict[str, type[Result]] = {"lab_run": LabRun, "machine": MachineFigures,
-                                        "summary": Summary}
-
-
-def record_of(name: str) -> type[Result]:
-    """The record a result of this name is read into (a task's from common.steps)."""
-    from common import steps
-
-    step = steps.by_name().get(name)
-    return step.result if step and step.result else LAB_RECORDS.get(name, Result)
+    port: int | None = None
 
 
 # --- save and load -------------------------------------------------------------------------------
@@ -344,70 +218,51 @@ def path_of(name: str) -> Path:
     return settings.results_dir() / f"{name}.json"
 
 
-def save(script: str, header: RunHeader | Record | dict | None = None,
-         data: Record | dict | None = None) -> Path:
-    """Write the result (the header, when and on which machine it was measured: a figure names
-    both) to results/<script>.json and return the path. save(name, data) without a header works
-    too, for the lab's own records and the tests."""
-    if not isinstance(header, RunHeader):
-        header, data = None, header
-    body = data.to_dict() if isinstance(data, Record) else dict(data or {})
-    for stamp in ("script", "lab_results", "measured_at", "measured_on"):   # stamped here, now
-        body.pop(stamp, None)
-    record = {"script": script, "lab_results": LAB_RESULTS,
-              "measured_at": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-              "measured_on": {"cpu": settings.cpu_model_name(), "cores": settings.num_cores()},
-              **({k: v for k, v in dataclasses.asdict(header).items() if v is not None}
-                 if header else {}),
-              **body}
+def save(script: str, record: Result) -> Path:
+    """Write the result, stamped with when and on which machine it was measured (a figure names
+    both), to results/<script>.json and return the path."""
+    record.measured_at = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    record.measured_on = Machine(settings.cpu_model_name(), settings.num_cores())
+    body = {"script": script, "lab_results": LAB_RESULTS, **record.to_dict()}
     path = path_of(script)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    path.write_text(json.dumps(body, indent=2) + "\n")
     return path
 
 
-def rerun_hint(name: str) -> str:
-    """'run task 6 again' / 'run python summary.py again': how to write this result anew."""
-    from common import steps
-
-    step = steps.by_name().get(name)
-    if step is not None:
-        return f"run {step.label} again"
-    return "run make lab again" if name in LAB_RECORDS else f"run python {name}.py again"
-
-
-def load_raw(name: str) -> dict | None:
-    """The saved JSON as a dict (None when the file is missing); StaleResult when unreadable."""
+def load_raw(name: str, rerun: str) -> dict | None:
+    """The saved JSON as a dict (None when the file is missing); StaleResult when unreadable.
+    rerun: how to write it anew ('run task 6 again'), for the one line."""
     path = path_of(name)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise StaleResult(f"{_shown(path)} is broken ({type(e).__name__}): "
-                          f"{rerun_hint(name)}") from None
+        raise StaleResult(f"{_shown(path)} is broken ({type(e).__name__}): {rerun}") from None
     if not isinstance(data, dict):
-        raise StaleResult(f"{_shown(path)} is broken (not a JSON object): {rerun_hint(name)}")
+        raise StaleResult(f"{_shown(path)} is broken (not a JSON object): {rerun}")
     return data
 
 
-def parse(name: str, data: dict):
+def parse(name: str, data: dict, record: type[Result], rerun: str):
     """A saved dict as its record, or StaleResult (one line) if this lab cannot read it."""
     if data.get("lab_results") != LAB_RESULTS:
-        raise StaleResult(f"{_shown(path_of(name))} was written by an older lab: "
-                          f"{rerun_hint(name)}")
+        raise StaleResult(f"{_shown(path_of(name))} was written by an older lab: {rerun}")
     try:
-        return record_of(name).from_dict(data)
-    except ValueError as e:
+        return record.from_dict(data)
+    except (ValueError, TypeError) as e:
         raise StaleResult(f"{_shown(path_of(name))} was written by an older lab ({e}): "
-                          f"{rerun_hint(name)}") from None
+                          f"{rerun}") from None
 
 
-def load(name: str):
+def load(name: str, record: type[Result], label: str | None = None):
     """results/<name>.json as its record; None if it was never saved; StaleResult (one line)
-    if it was written by an older lab or is broken."""
-    data = load_raw(name)
-    return None if data is None else parse(name, data)
+    if it was written by an older lab or is broken. label: what a learner runs to write it anew
+    ('task 6'; the caller knows its step), else `python <name>.py`."""
+    rerun = f"run {label or f'python {name}.py'} again"
+    data = load_raw(name, rerun)
+    return None if data is None else parse(name, data, record, rerun)
 
 
 def _shown(path: Path) -> str:

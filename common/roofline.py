@@ -28,9 +28,9 @@ per step: attention, sampling, scheduling, HTTP).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from common import shape
+from common import results, shape
 from common.shape import DTYPE_BYTES, ModelShape
 
 
@@ -76,22 +76,31 @@ def model_cost(config: dict, dtype: str, dtype_bytes: int | None = None) -> Mode
                      dtype=dtype, dtype_bytes=dtype_bytes)
 
 
-@dataclass(frozen=True)
-class Machine:
-    bandwidth_bytes_s: float      # memory read bandwidth
-    flops_s: dict                 # dtype -> matmul FLOP/s
+@dataclass
+class Machine(results.Record):
+    bandwidth_bytes_s: float                  # memory read bandwidth
+    flops_s: dict[str, float]                 # dtype -> matmul FLOP/s
     threads: int
-    matmul_n: dict | None = None  # dtype -> n of the n x n products measured
+    matmul_n: dict[str, int] | None = None    # dtype -> n of the n x n products measured
 
 
-def ceiling(cost: ModelCost, machine: Machine, batch: int, context: int) -> dict:
+@dataclass
+class Ceiling(results.Record):
+    """The roofline at one batch size: tokens/s and which bound sets it."""
+    batch: int
+    tokens_per_s: float
+    read_s: float
+    compute_s: float
+    bound: str           # "bandwidth" or "compute"
+
+
+def ceiling(cost: ModelCost, machine: Machine, batch: int, context: int) -> Ceiling:
     """The roofline at this batch: tokens/s and which bound sets it."""
     read_s = (cost.weight_bytes + batch * context * cost.kv_bytes_per_context_token) \
         / machine.bandwidth_bytes_s
     compute_s = batch * cost.flops_per_token(context) / machine.flops_s[cost.dtype]
-    return {"batch": batch, "tokens_per_s": batch / max(read_s, compute_s),
-            "read_s": read_s, "compute_s": compute_s,
-            "bound": "bandwidth" if read_s >= compute_s else "compute"}
+    return Ceiling(batch, batch / max(read_s, compute_s), read_s, compute_s,
+                   "bandwidth" if read_s >= compute_s else "compute")
 
 
 def compute_ceiling(cost: ModelCost, machine: Machine, context: int) -> float:
@@ -178,13 +187,13 @@ def linear_shapes(config: dict) -> list[tuple[int, int]]:
     return layer * m.num_layers + [(m.vocab_size, h)]
 
 
-@dataclass(frozen=True)
-class KernelFloor:
+@dataclass
+class KernelFloor(results.Record):
     """Seconds one decode step's matmuls take alone, per batch size (requests in the step)."""
     dtype: str
     threads: int
-    matmul_params: int    # the weights multiplied: tells which model's shapes were timed
-    step_s: dict          # batch -> seconds of one pass over every linear layer
+    matmul_params: int          # the weights multiplied: tells which model's shapes were timed
+    step_s: dict[int, float]    # batch -> seconds of one pass over every linear layer
 
     def covers(self, cost: ModelCost, batches) -> bool:
         """Measured for this model's shapes and dtype, at every one of these batch sizes."""
@@ -222,124 +231,171 @@ def measure_kernel_floor(config: dict, dtype: str, threads: int, batches) -> Ker
                        matmul_params=sum(o * i for o, i in shapes), step_s=step_s)
 
 
-def attribute_step(ceiling_ms: float, floor_ms: float, step_ms: float) -> dict:
+@dataclass
+class Rung(results.Record):
     """One measured step on three rungs: the physical ceiling, the kernel floor, the step.
     The gaps, in ms and in % of the step (ceiling + both gaps = the step):
       library = floor - ceiling: the matmul library on the model's shapes, below the peak;
       engine  = step - floor:    everything else the engine does per step.
     larger_gap names the larger of the two; engine < 0 means the engine multiplied faster than
     the floor's kernels (it has its own: read the floor as an upper bound)."""
+    ceiling_ms: float
+    floor_ms: float
+    step_ms: float
+    library_ms: float
+    engine_ms: float
+    ceiling_pct: float
+    library_pct: float
+    engine_pct: float
+    larger_gap: str            # "library" or "engine"
+    label: str = ""
+    users: int = 1
+
+
+def attribute_step(ceiling_ms: float, floor_ms: float, step_ms: float, label: str = "",
+                   users: int = 1) -> Rung:
+    """The three rungs of one step (Rung says what each gap is)."""
     library_ms, engine_ms = floor_ms - ceiling_ms, step_ms - floor_ms
-    return {"ceiling_ms": ceiling_ms, "floor_ms": floor_ms, "step_ms": step_ms,
-            "library_ms": library_ms, "engine_ms": engine_ms,
-            "ceiling_pct": 100 * ceiling_ms / step_ms,
-            "library_pct": 100 * library_ms / step_ms,
-            "engine_pct": 100 * engine_ms / step_ms,
-            "larger_gap": "library" if library_ms >= engine_ms else "engine"}
+    return Rung(ceiling_ms=ceiling_ms, floor_ms=floor_ms, step_ms=step_ms,
+                library_ms=library_ms, engine_ms=engine_ms,
+                ceiling_pct=100 * ceiling_ms / step_ms, library_pct=100 * library_ms / step_ms,
+                engine_pct=100 * engine_ms / step_ms,
+                larger_gap="library" if library_ms >= engine_ms else "engine",
+                label=label, users=users)
 
 
 # --- the lab's steps under this machine's roofline (the summary's section) ---------------------
-def roofline_inputs(res: dict) -> tuple[dict, str, int] | None:
-    """(model config, dtype, context) of the run that tasks 1, 2 and 6 measured, or None.
-    res: the saved results, typed (common.results)."""
-    import json
-
-    one = res.get("task_2_vllm_inference") or res.get("task_1_hf_baseline")
-    if not one or not one.header.model_path or not one.header.dtype:
-        return None
-    try:
-        with open(f"{one.header.model_path}/config.json") as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if one.prompt_tokens is None or one.generated_tokens is None:
-        return None
-    # mean context while decoding: the prompt plus half the new tokens
-    return config, one.header.dtype, one.prompt_tokens + one.generated_tokens // 2
+@dataclass(frozen=True)
+class MeasuredStep:
+    """A decode step the lab measured, as the roofline reads it (summary.py builds these from
+    tasks 1, 2 and 6's results)."""
+    name: str             # the result it came from
+    label: str            # 'HF, 1 request', 'server, 20 users'
+    users: int            # requests in the batch
+    tokens_per_s: float
+    step_ms: float        # time per decode step
+    step_from: str        # how step_ms was found: 'time / tokens', 'measured TPOT'
 
 
-def step_ms(level) -> float:
-    """A load level's decode step: its measured TPOT (requests / tok/s where it is missing)."""
-    if level.mean_tpot_s:
-        return 1000 * level.mean_tpot_s
-    return 1000 * level.users / level.throughput_tok_s
+@dataclass
+class OneUser(results.Record):
+    tokens_per_s: float
+    step_ms: float
 
 
-def _levels(res: dict) -> list:
-    six = res.get("task_6_multi_user_load")
-    return [lv for lv in six.levels if lv.throughput_tok_s] if six else []
+@dataclass
+class Placed(results.Record):
+    """A measured step placed under the ceilings: one request against the bandwidth ceiling, a
+    batch against the compute ceiling and the roofline at its own batch size."""
+    label: str
+    users: int
+    tokens_per_s: float
+    step_ms: float
+    step_from: str
+    pct_of_bandwidth_ceiling: float | None = None
+    pct_of_compute_ceiling: float | None = None
+    roofline_at_users: Ceiling | None = None
+    pct_of_roofline_at_users: float | None = None
+    one_user: OneUser | None = None      # the same server's 1-user level, beside its batch
+
+    @property
+    def is_batch(self) -> bool:
+        return self.pct_of_compute_ceiling is not None
+
+    @property
+    def pct_of_its_ceiling(self) -> float:
+        return self.pct_of_compute_ceiling if self.is_batch else self.pct_of_bandwidth_ceiling
 
 
-def floor_batches(res: dict) -> list[int]:
+@dataclass
+class Placement(results.Record):
+    """The roofline of this machine and the lab's steps under it (the summary's section)."""
+    bandwidth_gb_s: float
+    matmul_gflop_s: dict[str, float]
+    threads: int
+    dtype: str
+    context: int                 # mean context while decoding (tokens)
+    num_params: int
+    weight_bytes: int
+    weight_read_ms: float
+    bytes_per_token: int
+    flops_per_token: int
+    bandwidth_ceiling_tok_s: float
+    compute_ceiling_tok_s: float
+    ridge_batch: float
+    placed: dict[str, Placed] = field(default_factory=dict)
+    rungs: list[Rung] = field(default_factory=list)
+    kernel_floor: KernelFloor | None = None
+    matmul_n: dict[str, int] | None = None
+
+
+def floor_batches(steps: list[MeasuredStep]) -> list[int]:
     """The batch sizes the measured steps ran: 1 (tasks 1, 2, task 6's one user) and task 6's
     largest level."""
-    users = [lv.users for lv in _levels(res)]
-    return sorted({1, max(users)}) if users else [1]
+    return sorted({1} | {s.users for s in steps})
 
 
-def place(res: dict, cost: ModelCost, machine: Machine, context: int,
-          floor: KernelFloor | None = None) -> dict:
-    """Tasks 1, 2 and 6 (res: their typed results) placed under this machine's ceilings (every
-    figure from the inputs), and, with the kernel floor, every measured step on three rungs
-    (attribute_step). Time per decode step: total time / generated tokens for one request; for
-    the server, task 6's measured time per output token (TPOT), which is the step time while a
-    batch decodes."""
-    from dataclasses import asdict
-
+def place(steps: list[MeasuredStep], cost: ModelCost, machine: Machine, context: int,
+          floor: KernelFloor | None = None) -> Placement:
+    """The measured steps placed under this machine's ceilings (every figure from the inputs),
+    and, with the kernel floor, each on three rungs (attribute_step). One request is read
+    against the bandwidth ceiling; a batch against the compute ceiling and the roofline at its
+    batch size, with the same server's 1-user step beside it when one was measured."""
     single = ceiling(cost, machine, 1, context)
     top = compute_ceiling(cost, machine, context)
-    placed = {}
-    for step, label in (("task_1_hf_baseline", "HF, 1 request"),
-                        ("task_2_vllm_inference", "vLLM, 1 request")):
-        one = res.get(step)
-        if one and one.tokens_per_s:
-            tps = one.tokens_per_s
-            # the saved tok/s is rounded: the step from the unrounded time where it is saved
-            ms = (1000 * one.total_time_s / one.generated_tokens
-                  if one.total_time_s and one.generated_tokens else 1000 / tps)
-            placed[step] = {"label": label, "users": 1, "tokens_per_s": tps,
-                            "step_ms": ms, "step_from": "time / tokens",
-                            "pct_of_bandwidth_ceiling": 100 * tps / single["tokens_per_s"]}
-    levels = _levels(res)
-    if levels:
-        lv = max(levels, key=lambda lv: lv.users)
-        at_batch = ceiling(cost, machine, lv.users, context)
-        placed["task_6_multi_user_load"] = {
-            "label": f"server, {lv.users} users", "users": lv.users,
-            "tokens_per_s": lv.throughput_tok_s,
-            "step_ms": step_ms(lv), "step_from": "measured TPOT",
-            "pct_of_compute_ceiling": 100 * lv.throughput_tok_s / top,
-            "roofline_at_users": at_batch,
-            "pct_of_roofline_at_users": 100 * lv.throughput_tok_s / at_batch["tokens_per_s"]}
-        one = min(levels, key=lambda lv: lv.users)
-        if one.users == 1 and lv.users > 1:
-            placed["task_6_multi_user_load"]["one_user"] = {
-                "tokens_per_s": one.throughput_tok_s, "step_ms": step_ms(one)}
-    steps = [(p["label"], p["users"], p["step_ms"]) for p in placed.values()]
-    six = placed.get("task_6_multi_user_load", {})
-    if "one_user" in six:
-        steps.insert(-1, ("server, 1 user", 1, six["one_user"]["step_ms"]))
+    placed: dict[str, Placed] = {}
+    batched = _batched(steps)
+    ones = {s.name: s for s in steps if s.users == 1}
+    for s in steps:
+        if s.users == 1 and s.name in batched:
+            continue     # a batch's own 1-user level goes beside it (one_user)
+        p = Placed(s.label, s.users, s.tokens_per_s, s.step_ms, s.step_from)
+        if s.users == 1:
+            p.pct_of_bandwidth_ceiling = 100 * s.tokens_per_s / single.tokens_per_s
+        else:
+            at_batch = ceiling(cost, machine, s.users, context)
+            p.pct_of_compute_ceiling = 100 * s.tokens_per_s / top
+            p.roofline_at_users = at_batch
+            p.pct_of_roofline_at_users = 100 * s.tokens_per_s / at_batch.tokens_per_s
+            if s.name in ones:
+                p.one_user = OneUser(ones[s.name].tokens_per_s, ones[s.name].step_ms)
+        placed[s.name] = p
     rungs = []
-    if floor is not None and floor.covers(cost, {users for _, users, _ in steps}):
-        for label, users, ms in steps:
+    if floor is not None and floor.covers(cost, {s.users for s in steps}):
+        batched = _batched(steps)
+        # one request first, then the server's 1 user just before its batch, as the table reads
+        for s in sorted(steps, key=lambda s: (s.name in batched, s.users)):
             # the ceiling's step: one read of the weights (+ KV) or the batch's FLOPs at peak
-            ceiling_ms = 1000 * users / ceiling(cost, machine, users, context)["tokens_per_s"]
-            rungs.append({"label": label, "users": users,
-                          **attribute_step(ceiling_ms, 1000 * floor.step_s[users], ms)})
-    return {"kernel_floor": asdict(floor) if floor else None, "rungs": rungs,
-            "bandwidth_gb_s": machine.bandwidth_bytes_s / 1e9,
-            "matmul_gflop_s": {k: v / 1e9 for k, v in machine.flops_s.items()},
-            "matmul_n": machine.matmul_n, "threads": machine.threads,
-            "dtype": cost.dtype, "context": context,
-            "num_params": cost.num_params, "weight_bytes": cost.weight_bytes,
-            "weight_read_ms": 1000 * cost.weight_bytes / machine.bandwidth_bytes_s,
-            "bytes_per_token": cost.bytes_per_token(context),
-            "flops_per_token": cost.flops_per_token(context),
-            "bandwidth_ceiling_tok_s": single["tokens_per_s"], "compute_ceiling_tok_s": top,
-            "ridge_batch": ridge_batch(cost, machine, context), "placed": placed}
+            ceiling_ms = 1000 * s.users / ceiling(cost, machine, s.users, context).tokens_per_s
+            label = "server, 1 user" if s.name in batched and s.users == 1 else s.label
+            rungs.append(attribute_step(ceiling_ms, 1000 * floor.step_s[s.users], s.step_ms,
+                                        label, s.users))
+    return Placement(
+        bandwidth_gb_s=machine.bandwidth_bytes_s / 1e9,
+        matmul_gflop_s={k: v / 1e9 for k, v in machine.flops_s.items()},
+        threads=machine.threads, dtype=cost.dtype, context=context,
+        num_params=cost.num_params, weight_bytes=cost.weight_bytes,
+        weight_read_ms=1000 * cost.weight_bytes / machine.bandwidth_bytes_s,
+        bytes_per_token=cost.bytes_per_token(context), flops_per_token=cost.flops_per_token(context),
+        bandwidth_ceiling_tok_s=single.tokens_per_s, compute_ceiling_tok_s=top,
+        ridge_batch=ridge_batch(cost, machine, context), placed=placed, rungs=rungs,
+        kernel_floor=floor, matmul_n=machine.matmul_n)
+
+
+def _batched(steps: list[MeasuredStep]) -> set[str]:
+    """Results that measured a batch (more than one request at once)."""
+    return {s.name for s in steps if s.users > 1}
 
 
 # --- the machine's figures: saved once (results/machine.json), read by the summary and task 9 ---
+@dataclass
+class SavedMachine(results.Result):
+    """results/machine.json: the ceilings and the kernel floor, measured once (`make lab`)."""
+    machine: Machine
+    kernel_floor: KernelFloor | None = None
+    host: str = "?"
+
+
 @dataclass(frozen=True)
 class MachineFigures:
     machine: Machine
@@ -356,29 +412,113 @@ def machine_figures(config: dict, dtype: str, batches, threads: int, *, measure:
     to results/machine.json (the summary does; task 9 reads it)."""
     import socket
 
-    from common import results, settings
-
     try:
-        saved = None if measure else results.load("machine")
+        saved = None if measure else results.load("machine", SavedMachine, "make lab")
     except results.StaleResult:
         saved = None   # from an older lab: measured again
     cost = model_cost(config, dtype)
     if saved is not None:
-        machine = Machine(saved.bandwidth_bytes_s, saved.flops_s, saved.threads, saved.matmul_n)
-        floor = None
-        if saved.kernel_floor:   # JSON keys are strings: the batch sizes back to numbers
-            floor = KernelFloor(**saved.kernel_floor | {"step_s": {
-                int(b): t for b, t in saved.kernel_floor["step_s"].items()}})
+        floor = saved.kernel_floor
         if floor is None or not floor.covers(cost, batches):
             floor = measure_kernel_floor(config, dtype, threads, batches) if measure_floor else floor
-        return MachineFigures(machine, floor, f"measured {saved.measured_at[:16].replace('T', ' ')}"
-                                              f" on {saved.host}")
+        return MachineFigures(saved.machine, floor,
+                              f"measured {saved.measured_at[:16].replace('T', ' ')} on {saved.host}")
     machine = measure_machine(threads)
     floor = measure_kernel_floor(config, dtype, threads, batches)
     if save:
-        from dataclasses import asdict
-
-        results.save("machine", asdict(machine) | {"kernel_floor": asdict(floor),
-                                                    "host": socket.gethostname(),
-                                                    "cpu": settings.cpu_model_name()})
+        results.save("machine", SavedMachine(machine=machine, kernel_floor=floor,
+                                             host=socket.gethostname()))
     return MachineFigures(machine, floor, f"measured now on {socket.gethostname()}")
+
+
+# --- the summary's figure: the roofline ----------------------------------------------------------
+@dataclass
+class EnginePoint(results.Record):
+    """The lab's own engine on the roofline (task 9, continuous batching): its batch is the
+    mean tokens per step."""
+    label: str
+    batch: float
+    tokens_per_s: float
+
+
+def roofline_curve(r: Placement, batches: list[float]) -> tuple[list[float], list[float], float]:
+    """Per batch B, the bandwidth bound (tokens/s if a step took only its bytes: the weights
+    once + B requests' KV, at the measured bandwidth) and the compute roof (tokens/s at the peak
+    matmul rate). The roofline is the lower of the two."""
+    bandwidth = r.bandwidth_gb_s * 1e9
+    kv_bytes = r.bytes_per_token - r.weight_bytes   # one request's KV at the mean context
+    flops = r.matmul_gflop_s[r.dtype] * 1e9
+    read = [b * bandwidth / (r.weight_bytes + b * kv_bytes) for b in batches]
+    return read, [flops / r.flops_per_token] * len(batches), flops / r.flops_per_token
+
+
+def roofline_points(r: Placement, engine: EnginePoint | None = None
+                    ) -> list[tuple[str, float, float, str]]:
+    """(label, batch, tokens/s, kind) of every point on the roofline: kind 'floor' for the
+    kernel floor (the model's matmuls alone, batch b in its step: b tokens per step), 'measured'
+    for the steps the lab measured, 'engine' for the lab's own engine."""
+    floor = r.kernel_floor.step_s if r.kernel_floor else {}
+    points = [(f"kernel floor, batch {b}", b, b / s, "floor") for b, s in sorted(floor.items())]
+    for p in r.placed.values():
+        if p.one_user:
+            points.append(("server, 1 user", 1, p.one_user.tokens_per_s, "measured"))
+        points.append((p.label, p.users, p.tokens_per_s, "measured"))
+    if engine:
+        points.append((engine.label, engine.batch, engine.tokens_per_s, "engine"))
+    return points
+
+
+def figure(summary):
+    """The summary (a record with `roofline`, a Placement, and `engine_point`): tokens/s against
+    requests per step, log-log. One step reads the weights once for the whole batch, so the
+    bandwidth bound climbs with the batch (slope 1) until the compute roof; the kernel floor and
+    the measured steps sit below."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter
+
+    from common import figures
+
+    r = summary.roofline
+    if r is None:
+        return None
+    points = roofline_points(r, summary.engine_point)
+    top_batch = max([b for _, b, _, _ in points] + [1])
+    ridge = r.ridge_batch or top_batch
+    x_max = min(1e4, max(4 * top_batch, 2 * ridge if math.isfinite(ridge) else 0, 64))
+    batches = [10 ** (i / 50) for i in range(int(50 * math.log10(x_max)) + 1)]
+    read, compute, roof = roofline_curve(r, batches)
+    fig, ax = figures.figure(5.6)
+    color = figures.color
+    ax.plot(batches, read, "--", color=color(1), label="bandwidth bound: the weights read\n"
+                                                       "once per step, for the whole batch")
+    ax.plot(batches, compute, "--", color=color(5), label=f"compute roof: peak {r.dtype} matmul")
+    ax.plot(batches, [min(a, b) for a, b in zip(read, compute)], color="#333333", linewidth=3,
+            alpha=0.3, label="the roofline (the lower of the two)")
+    # every point its own colour and a legend line with its value; points at the same batch
+    # are drawn side by side (dodged a few % in x) so none hides another
+    markers = {"floor": "X", "measured": "o", "engine": "*"}
+    same_batch = {b: [p for p in points if p[1] == b] for _, b, _, _ in points}
+    for k, point in enumerate(points):
+        label, batch, tps, kind = point
+        group = same_batch[batch]
+        dodge = 1.07 ** (group.index(point) - (len(group) - 1) / 2)
+        ax.plot(batch * dodge, tps, markers[kind], color=color(k + 4 if k < 4 else k - 4),
+                markersize=14 if kind == "engine" else 10, markeredgecolor="#333333",
+                label=f"{label}: {tps:,.1f} tok/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")   # 1, 10, 100 (not 10^0, 10^1)
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
+    ax.set_xlim(0.8, x_max)
+    low = min([tps for _, _, tps, _ in points] + [read[0]])
+    ax.set_ylim(low / 2, roof * 2)
+    ax.set_xlabel("requests decoded in one step (batch), log scale")
+    ax.set_ylabel("tokens/s, log scale")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9)
+    ax.set_title(f"{r.bandwidth_gb_s:.1f} GB/s read, {r.matmul_gflop_s[r.dtype]:,.0f} "
+                 f"GFLOP/s {r.dtype} matmul; {r.num_params / 1e6:.0f}M parameters, "
+                 f"context {r.context}", fontsize=10)
+    return figures.finish(fig, "Summary: the roofline of decoding on this machine", summary)

@@ -1,11 +1,17 @@
-"""Tasks 3-4: the source's figures, exactly, and bad input as one line with exit code 2."""
+"""Tasks 3-4: the source's figures, exactly, and bad input as one line with exit code 2; their
+figures (what the pool's plots, worked out by hand; every figure titled, its axes labelled, a
+caption) and a script that draws its figure and says so, or says in one line why it could not."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
-from common import kv
+from common import figures, kv, settings, steps
+from lessons import task_4_pool_figure
+from tests import hand_results as hand
 from tests.conftest import run_script, saved_result
 
 
@@ -16,11 +22,11 @@ def model_args(tiny_model):
 
 def test_task3_reproduces_the_source(model_args, capsys):
     r = task3.main(model_args)
-    assert [q["waste_pct"] for q in r["requests"]] == [91.2, 75.0, 95.5, 50.0, 86.9]
-    assert [q["used"] for q in r["requests"]] == [45, 128, 23, 256, 67]
-    assert (r["total_allocated"], r["total_used"]) == (2560, 519)
-    assert (r["utilization_pct"], r["waste_pct"]) == (20.3, 79.7)
-    assert (r["users_contiguous"], r["users_ideal"]) == (19, 97)
+    assert [q.waste_pct for q in r.requests] == [91.2, 75.0, 95.5, 50.0, 86.9]
+    assert [q.used_slots for q in r.requests] == [45, 128, 23, 256, 67]
+    assert (r.allocated_slots, r.used_slots) == (2560, 519)
+    assert (r.utilization_pct, r.waste_pct) == (20.3, 79.7)
+    assert (r.users_contiguous, r.users_ideal) == (19, 97)
     out = capsys.readouterr().out
     assert ("  Request 1 (Short question): 45/512 used (91.2% wasted)\n"
             "    [####..............................................]\n") in out
@@ -32,28 +38,28 @@ def test_task3_reproduces_the_source(model_args, capsys):
 
 def test_task4_reproduces_the_source(model_args, capsys):
     r = task4.main(model_args)
-    assert [q["pages"] for q in r["requests"]] == [3, 8, 2, 16, 5]
-    assert [q["waste_pct"] for q in r["requests"]] == [6.2, 0.0, 28.1, 0.0, 16.2]
-    assert r["contiguous"] == {"allocated": 2560, "used": 519, "utilization_pct": 20.3}
-    paged = r["paged"]
-    assert (paged["allocated"], paged["used"], paged["utilization_pct"]) == (544, 519, 95.4)
-    assert (r["slots_saved"], r["memory_ratio"]) == (2016, 4.7)
-    assert (r["users_contiguous"], r["users_paged"], r["users_ratio"]) == (19, 92, 4.8)
+    assert [q.num_pages for q in r.requests] == [3, 8, 2, 16, 5]
+    assert [q.waste_pct for q in r.requests] == [6.2, 0.0, 28.1, 0.0, 16.2]
+    assert r.contiguous == task4.Slots(allocated_slots=2560, used_slots=519, utilization_pct=20.3)
+    paged = r.paged
+    assert (paged.allocated_slots, paged.used_slots, paged.utilization_pct) == (544, 519, 95.4)
+    assert (r.slots_saved, r.memory_ratio) == (2016, 4.7)
+    assert (r.users_contiguous, r.users_paged, r.users_ratio) == (19, 92, 4.8)
     # The pool is what contiguous reserves for ONE request: 512 / 16 = 32 pages. All five decode
     # at once, a token each per step, and give their pages back when done, so they finish at
     # different times: after step 23 (Quick greeting), 45, 67, 128 and 256. In use at once, by
     # hand: step 23: 2+2+2+2+2 = 10; step 45: 3+3+3+3 = 12; step 67: 5+5+5 = 15 (cdiv(t, 16)
     # each); step 128: Medium paragraph 8 + Long document 8 = 16; then Long document alone grows
     # to 16. Peak 16, not the 34 pages the five hold in all.
-    assert (paged["pool_pages"], paged["peak_pages"], paged["preempted"]) == (32, 16, 0)
-    assert paged["free_pages_after"] == 32                  # every page came back
-    assert [q["finish_step"] for q in r["requests"]] == [45, 128, 23, 256, 67]
+    assert (paged.num_pool_pages, paged.num_pages_peak, paged.num_preempted) == (32, 16, 0)
+    assert paged.num_pages_free_after == 32                 # every page came back
+    assert [q.finish_step for q in r.requests] == [45, 128, 23, 256, 67]
     # Pages go out in token order from a first-in first-out free list: 32 fresh ids for the first
     # 32 pages; the 33rd and 34th (Long document's 15th and 16th, at tokens 225 and 241) are the
     # first pages freed: Quick greeting's 2 and 7, freed at step 23.
-    assert r["requests"][2]["page_ids"] == [2, 7]
-    assert r["requests"][3]["page_ids"][-2:] == [2, 7] and paged["reused_pages"] == 2
-    ids = [i for q in r["requests"] for i in q["page_ids"]]
+    assert r.requests[2].page_ids == [2, 7]
+    assert r.requests[3].page_ids[-2:] == [2, 7] and paged.num_pages_reused == 2
+    ids = [i for q in r.requests for i in q.page_ids]
     assert len(ids) == 34 and len(set(ids)) == 32
     out = capsys.readouterr().out
     assert "  Request 3: 23 tokens -> 2 pages (32 slots), waste 28.1%\n    Pages: [##|##]\n" in out
@@ -64,53 +70,53 @@ def test_task4_reproduces_the_source(model_args, capsys):
 def test_bytes_section_uses_the_model_config(real_model, capsys):
     """The real model in bf16: 2 x 30 layers x 3 KV heads x 64 x 2 B = 23,040 B per token."""
     r = task4.main(["--dtype", "bfloat16"])
-    b = r["in_bytes"]
-    assert b["kv_bytes_per_token"] == 23_040
-    assert b["budget_token_slots"] == 134_217_728 // 23_040 == 5_825
-    assert list(b["users_in_budget"].values()) == [5_825 // 512, 5_825 // 108] == [11, 53]
+    b = r.in_bytes
+    assert b.kv_bytes_per_token == 23_040
+    assert b.budget_token_slots == 134_217_728 // 23_040 == 5_825
+    assert list(b.users_in_budget.values()) == [5_825 // 512, 5_825 // 108] == [11, 53]
     r = task3.main(["--dtype", "float32"])
-    assert r["in_bytes"]["kv_bytes_per_token"] == 46_080
+    assert r.in_bytes.kv_bytes_per_token == 46_080
 
 
 def test_tiny_model_bytes(model_args):
     # 2 (K,V) x 2 layers x 1 KV head x 64 dims x 4 B
-    assert task3.main(model_args)["in_bytes"]["kv_bytes_per_token"] == 1_024
+    assert task3.main(model_args).in_bytes.kv_bytes_per_token == 1_024
 
 
 def test_custom_lengths(model_args):
     r = task4.main(["--lengths", "1,16,17", "--max-len", "32", "--page-size", "16",
                     "--total-slots", "100", *model_args])
-    assert [q["pages"] for q in r["requests"]] == [1, 1, 2]
-    assert r["paged"]["allocated"] == 64 and r["contiguous"]["allocated"] == 96
+    assert [q.num_pages for q in r.requests] == [1, 1, 2]
+    assert r.paged.allocated_slots == 64 and r.contiguous.allocated_slots == 96
     # contiguous: 100 slots // 32 per request = 3 users; paged: 1 + 1 + 2 pages of 16 = 64
     # slots for 3 requests, 21 a request on average (64 // 3), and 100 // 21 = 4 users
-    assert (r["users_contiguous"], r["mean_paged_slots"], r["users_paged"]) == (3, 21, 4)
+    assert (r.users_contiguous, r.mean_paged_slots, r.users_paged) == (3, 21, 4)
 
 
 def test_paged_run_reuses_and_preempts():
     # pool of 2 pages: request 3 waits a step for a page; request 1 (1 token) frees page 0 after
     # step 1, request 3 takes it at step 2, and page 1 when request 2 (16 tokens) is done
-    r = kv.run_paged([1, 16, 17], ["a", "b", "c"], page_size=16, num_pool_pages=2)
+    r = task4.run_paged([1, 16, 17], ["a", "b", "c"], page_size=16, num_pool_pages=2)
     assert [s.page_table for s in r.sequences] == [[0], [1], [0, 1]]
     assert (r.num_pages_peak, r.num_pages_reused, r.num_preempted) == (2, 2, 0)
     assert r.finish_steps == [1, 16, 18] and r.num_free_after == 2
     # two requests that each need the whole pool of 4 pages: at step 33 both hold 2 and neither
     # can go on, so the newer (b) gives its pages back and starts over; at step 50 a holds 3, b 1:
     # b again; then a takes the last page, finishes at step 66, and b runs alone (67-130)
-    r = kv.run_paged([64, 64], ["a", "b"], page_size=16, num_pool_pages=4)
+    r = task4.run_paged([64, 64], ["a", "b"], page_size=16, num_pool_pages=4)
     assert [s.num_tokens for s in r.sequences] == [64, 64]
     assert (r.num_preempted, r.finish_steps, r.num_free_after) == (2, [66, 130], 4)
-    with pytest.raises(kv.OutOfPages):
-        kv.run_paged([65], ["a"], page_size=16, num_pool_pages=4)
+    with pytest.raises(task4.OutOfPages):
+        task4.run_paged([65], ["a"], page_size=16, num_pool_pages=4)
 
 
 def test_page_allocator_runs_out_and_frees():
-    allocator = kv.PageAllocator(num_pages=2, page_size=4)
-    seq = kv.Sequence("s")
+    allocator = task4.PageAllocator(num_pages=2, page_size=4)
+    seq = task4.Sequence("s")
     for _ in range(8):
         seq.append_slot(allocator)
     assert seq.page_table == [0, 1] and allocator.num_free == 0
-    with pytest.raises(kv.OutOfPages):
+    with pytest.raises(task4.OutOfPages):
         seq.append_slot(allocator)
     allocator.free(seq.page_table)
     assert allocator.num_free == 2
@@ -148,3 +154,66 @@ def test_zero_page_size_is_refused():
     assert proc.stderr.strip().splitlines() == [
         "task_4_paged_attention.py: error: argument --page-size: '0' must be greater than 0 "
         "(see --help)"]
+
+
+# --- the saved results, read back -------------------------------------------------------------
+@pytest.mark.parametrize("task", [task3, task4])
+def test_the_saved_result_reads_back_as_the_record_main_returned(task, model_args):
+    record = task.main(model_args)
+    step = steps.by_name()[task.SCRIPT]
+    assert step.record is task.RECORD and step.load() == record
+    assert step.row(step.load()) == {task3: "utilisation 20.3%",
+                                     task4: "utilisation 95.4%, users 4.8x"}[task]
+
+
+# --- the figures ------------------------------------------------------------------------------
+def test_pool_owners_of_the_source_requests():
+    """Task 4's five requests in a 32-page pool (test_task4_reproduces_the_source works them
+    out): the first pages go out one per request in turn (R1 page 0, R2 1, R3 2, R4 3, R5 4);
+    Quick greeting (R3) holds pages 2 and 7 and frees them at step 23; Long document (R4) gets
+    them again as its 15th and 16th pages (logical 14 and 15). 34 holdings of 32 pages."""
+    names = ["a", "b", "c", "d", "e"]
+    run = task4.run_paged([45, 128, 23, 256, 67], names, page_size=16, num_pool_pages=32)
+    owners = task_4_pool_figure.pool_owners(task4.saved_requests(run), 32)
+    assert [o[0] for o in owners[:5]] == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)]
+    assert owners[2] == [(2, 0), (3, 14)] and owners[7] == [(2, 1), (3, 15)]
+    assert all(len(o) == 1 for page, o in enumerate(owners) if page not in (2, 7))
+    assert sum(map(len, owners)) == 34
+
+
+def test_every_figure_has_a_title_axes_with_units_and_a_caption(model_args):
+    """Tasks 3-4's figures, as the lab draws them: the steps list's, from the saved result."""
+    task3.main(model_args)
+    task4.main(model_args)
+    drawn = 0
+    for name in ("task_3_kv_cache_problem", "task_4_paged_attention"):
+        step = steps.by_name()[name]
+        r = step.load()
+        for suffix, draw in step.figures:
+            fig = draw(r)
+            hand.assert_figure_reads_well(fig, r, (name, suffix))
+            figures.plt().close(fig)
+            drawn += 1
+    assert drawn == 2
+
+
+def test_a_script_draws_its_figure_and_says_so(model_args, capsys):
+    task3.main(model_args)
+    out = capsys.readouterr().out
+    png = figures.png_path("task_3_kv_cache_problem")
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the report's last lines (a long path wraps onto lines of its own)
+    squashed = re.sub(r"\s+", "", out)
+    assert squashed.endswith(f"Saved:{figures.png_path('task_3_kv_cache_problem').with_suffix('.json')}"
+                             f"Figure:{png}")
+
+
+def test_a_figure_that_fails_is_one_line_not_a_crash(model_args, capsys, monkeypatch):
+    def broken(res):
+        raise KeyError("requests")
+    monkeypatch.setattr(task3, "FIGURES", (("", broken),))
+    r = task3.main(model_args)
+    assert r.utilization_pct == 20.3                     # the task ran and saved its result
+    assert saved_result("task_3_kv_cache_problem")["utilization_pct"] == 20.3
+    out = " ".join(capsys.readouterr().out.split())     # the line wraps at 65 columns
+    assert out.endswith("Figure task_3_kv_cache_problem.png not drawn: KeyError: 'requests'")

@@ -15,8 +15,8 @@ import task_4_paged_attention as task4
 import task_6_multi_user_load as task6
 import task_7_tuning as task7
 import task_8_dashboard as task8
-from common import kv, report
-from common.load import LevelResult, RequestResult
+from common import kv, load, report
+from common.load import LoadLevel, RequestResult
 from tests.conftest import assert_fits
 
 
@@ -64,8 +64,8 @@ def test_task_3_says_how_vllm_cuts_the_budget_into_blocks(model_args, capsys):
     """The tiny model: 128 MiB / 1,024 B = 131,072 slots = 8,192 whole blocks of 16, nothing
     left over (the real model in fp32: 2,912 slots = 182 x 16; with blocks of 128 it would be
     22 x 128 = 2,816, and the note would name the 96 slots left)."""
-    r = task3.main(model_args)["in_bytes"]
-    assert (r["budget_token_slots"], r["budget_blocks"], r["block_size"]) == (131_072, 8_192, 16)
+    r = task3.main(model_args).in_bytes
+    assert (r.budget_token_slots, r.budget_blocks, r.block_size_tokens) == (131_072, 8_192, 16)
     out = " ".join(capsys.readouterr().out.split())
     assert ("(vLLM allocates whole blocks of 16 tokens: task 2 checks 131,072 against its "
             "engine)") in out
@@ -88,9 +88,9 @@ def test_task2_capacity_check_can_fail(capsys):
 
 # --- task 6: the insight from the levels ------------------------------------------------------
 def level(users: int, duration_s: float, latency_s: float, ttft_s: float, tokens: int = 50,
-          failed: int = 0) -> LevelResult:
+          failed: int = 0) -> LoadLevel:
     ok = [RequestResult(True, tokens, 10, ttft_s, latency_s)] * (users - failed)
-    return LevelResult(users, duration_s, ok + [RequestResult(False, error="boom")] * failed)
+    return LoadLevel.of(ok + [RequestResult(False, error="boom")] * failed, duration_s)
 
 
 def test_task6_insight_when_throughput_scales():
@@ -118,8 +118,11 @@ def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), dead], level(5, 2.0, 1.0, 0.1, failed=2))
     assert lines[0] == "7 of 11 requests FAILED: the figures count only the ones that succeeded"
     assert lines[1].startswith("Nothing to compare")
-    assert dead.seconds(dead.latency_stat("latency_s")) == "-"
-    assert dead.summary()["mean_latency_s"] is None and dead.summary()["failed"] == 5
+    assert load.seconds(dead.mean_latency_s) == "-"
+    assert dead.mean_latency_s is None and dead.num_failed == 5 and dead.num_ok == 0
+    # saved as measured: nothing measured is left out, and it reads back the same
+    assert "mean_latency_s" not in dead.to_dict() and dead.to_dict()["errors"] == ["boom"]
+    assert LoadLevel.from_dict(dead.to_dict()) == dead
 
 
 def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
@@ -139,24 +142,28 @@ def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
 def test_task2_speedup_by_hand(capsys):
     # vLLM: 50 tokens in 2.0 s = 25.0 tok/s; HuggingFace: 12.5 tok/s (4.0 s): 25 / 12.5 = 2.0x
     gen = task2.engine.Generation("vLLM", "text", 11, 50, 2.0, 9.0, 2)
-    assert gen.tokens_per_s == 25.0 and gen.to_dict()["tokens_per_s"] == 25.0
+    saved = task2.engine.OneRequest.of(gen, task2.engine.Sampling("p", 50, 0.7, 42),
+                                       task2.results.RunHeader())
+    assert gen.tokens_per_s == 25.0 and saved.tokens_per_s == 25.0
     eng = task2.engine.Engine(None, 9.0, {})
-    speedup = task2.print_results(gen, eng, {"tokens_per_s": 12.5, "total_time_s": 4.0},
-                                  "measured now")
+    speedup = task2.print_results(gen, eng, task2.Baseline("measured now", 12.5, 4.0))
     assert speedup == 2.0
     out = capsys.readouterr().out
     assert "vLLM is 2.0x faster in tokens/sec" in out
     assert re.search(r"\nTokens/sec +12\.5 +25\.0\n", out)
     # the other way round: 12.5 against 25.0 is 0.5x, "as fast" is not claimed as faster
     task2.print_results(task2.engine.Generation("vLLM", "", 11, 50, 4.0, 9.0, 2), eng,
-                        {"tokens_per_s": 25.0, "total_time_s": 2.0}, "measured now")
+                        task2.Baseline("measured now", 25.0, 2.0))
     assert "vLLM is 0.5x as fast in tokens/sec" in capsys.readouterr().out
 
 
 # --- task 7: the insight from the three configs -----------------------------------------------
 def config(label, max_model_len, max_num_seqs, blocks, concurrency, running, waiting, tok_s):
-    return task7.ConfigRun(task7.TuningConfig(label, max_model_len, max_num_seqs), tok_s,
-                           concurrency, blocks, 128, running, waiting)
+    # 10 requests of 50 tokens; the duration gives the level its tok/s
+    measured = LoadLevel(10, 10, 500 / tok_s, 500, tok_s)
+    return task7.ConfigRun(task7.TuningConfig(label, max_model_len, max_num_seqs), "started",
+                           concurrency, measured, num_kv_blocks=blocks, kv_block_size_tokens=128,
+                           peak_num_requests_running=running, peak_num_requests_waiting=waiting)
 
 
 def test_task7_insight_from_the_configs():
@@ -173,23 +180,36 @@ def test_task7_insight_from_the_configs():
         "many requests one engine step serves"]
     # 16-token blocks: 64 tokens hold 4, 128 hold 8, so B fits twice A; and C saw nothing wait
     rows[1] = dataclasses.replace(rows[1], kv_max_concurrency=44.0)
-    rows[2] = dataclasses.replace(rows[2], peak_running=6, peak_waiting=0)
+    rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=6,
+                                  peak_num_requests_waiting=0)
     lines = task7.insights(rows, 6)
     assert lines[0] == "max_model_len sets the KV memory per request: 128 -> 64 tokens took " \
                        "the engine from 22x to 44x requests at once"
     assert lines[1] == "max_num_seqs=8 capped nothing here: at most 6 of the 6 requests ran " \
                        "at once and none was seen waiting"
+    # /metrics never answered while C's requests ran (a busy 2-core machine): not observed,
+    # never "capped nothing" from a read taken before the load
+    rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=0, num_metrics_samples=1)
+    assert task7.insights(rows, 10)[1] == (
+        "max_num_seqs=8: /metrics answered 1 time(s) during C's load and never showed a "
+        "request running, so whether it capped the batch was not observed in this run")
 
 
 # --- task 8: the insight from the snapshot ----------------------------------------------------
 def snap(running, waiting, kv_usage):
-    return {"running": running, "waiting": waiting, "kv_usage": kv_usage}
+    """Task 8's Snapshot of a /metrics read with this batch (the insight reads nothing else)."""
+    from common import metrics
+
+    read = metrics.Snapshot(0.0, 0.0, running, waiting, kv_usage, 0.0, 0.0, 0.0, 0.0, 0.0)
+    return task8.Snapshot.of(read, read)
 
 
 def test_task8_insight_from_the_snapshot():
     assert task8.insight_lines(snap(0, 0, 0.0), 0.0, 8)[1].startswith(
         "The server was idle at the snapshot (0 requests running)")
     lines = task8.insight_lines(snap(8, 12, 0.364), 61.04, 8)
+    assert lines[0] == "Production watches these same /metrics: Prometheus scrapes them, " \
+                       "Grafana plots them"
     assert lines[1:] == [
         "8 requests ran as one batch at 61.0 tok/s: each engine step made a token for every "
         "one of them",

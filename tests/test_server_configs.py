@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import server_configs
+from common import results
+from common.load import LoadLevel
 from tests.conftest import assert_fits, run_script, saved_result
 from tests.test_server_tasks import processes_on_port
 
@@ -25,10 +27,12 @@ def test_a_configuration_on_the_tiny_model(tiny_model):
         assert 0 < c["idle_pss_bytes"] <= c["peak_pss_bytes"]
         # the worker in the engine core: API server, engine core, resource tracker
         assert c["num_processes"] == 3
-        assert [lv["total_tokens"] for lv in c["levels"]] == [8, 24]
-        assert all(lv["failed"] == 0 and lv["mean_tpot_s"] > 0 for lv in c["levels"])
+        assert [lv["num_output_tokens"] for lv in c["levels"]] == [8, 24]
+        assert [lv["num_users"] for lv in c["levels"]] == [1, 3]
+        assert all(lv["num_ok"] == lv["num_users"] and lv["errors"] == []
+                   and lv["mean_tpot_s"] > 0 for lv in c["levels"])
     # the block size the server ran with, as its engine reports it on /metrics
-    assert r["configs"][0]["kv_block_size"] == 16
+    assert r["configs"][0]["kv_block_size_tokens"] == 16
     assert "SERVER CONFIGURATIONS" in proc.stdout
     assert "Best server at 3 users: block-16" in proc.stdout
     assert_fits(proc.stdout)
@@ -40,11 +44,13 @@ def test_a_configuration_on_the_tiny_model(tiny_model):
 def test_a_configuration_without_its_library_is_skipped_with_how_to_get_it(tiny_model,
                                                                            monkeypatch, capsys):
     monkeypatch.setattr(server_configs, "library_path", lambda name: None)
-    data = server_configs.main(["--model", tiny_model, "--configs", "preload"])
-    (row,) = data["configs"]
-    assert row["status"] == "skipped" and row["startup_s"] is None
-    assert "apt-get install libtcmalloc-minimal4" in row["note"]
-    assert "pip install intel-openmp" in row["note"]
+    record = server_configs.main(["--model", tiny_model, "--configs", "preload"])
+    (row,) = record.configs
+    assert row.status == "skipped" and row.startup_s is None
+    assert "apt-get install libtcmalloc-minimal4" in row.note
+    assert "pip install intel-openmp" in row.note
+    # saved whole, and read back the same
+    assert results.load("server_configs", server_configs.ServerConfigs).configs == [row]
     assert "preload: skipped, not found: libtcmalloc_minimal.so.4" in \
         " ".join(capsys.readouterr().out.split())
 
@@ -63,9 +69,10 @@ def test_bad_input_is_one_line(args, message):
 
 
 def row(name: str, tok_s_at_20: float, ttft_s: float = 1.0, latency_s: float = 14.0):
+    # 20 users of 50 tokens each; the duration gives the level its tok/s
     return server_configs.ConfigResult(name, "", "ok", levels=[
-        {"users": 20, "throughput_tok_s": tok_s_at_20, "mean_ttft_s": ttft_s,
-         "mean_latency_s": latency_s, "mean_tpot_s": 0.26}])
+        LoadLevel(20, 20, 1000 / tok_s_at_20, 1000, tok_s_at_20, mean_ttft_s=ttft_s,
+                  mean_latency_s=latency_s, mean_tpot_s=0.26)])
 
 
 def test_findings_are_chosen_from_the_figures():

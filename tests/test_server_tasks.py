@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from common import load, memory, server
+from common import load, memory, server, steps
 from common.server import free_port
 from tests.conftest import REPO, assert_fits, run_script, saved_result
 
@@ -54,6 +54,10 @@ def test_task5_starts_then_reuses_and_both_clients_answer(tiny_model, port):
         assert r[client]["prompt_tokens"] > 0
     assert "official openai client, only base_url changed" in proc.stdout
     assert "stop it with `make stop`" in " ".join(proc.stdout.split())
+    step = steps.by_name()["task_5_api_server"]              # read back typed, as the summary
+    typed = step.load()
+    assert typed.openai_client.completion_tokens == 12 and typed.settings.max_tokens == 12
+    assert step.row(typed) == f"/v1/completions, {r['raw_http']['latency_s']:.2f} s"
     assert_fits(proc.stdout)
     assert proc.stdout.count("\nModel:") == 1                # the model row once per report
 
@@ -80,13 +84,14 @@ def test_task6_counts_tokens_and_users(tiny_model, port):
     assert "KEY INSIGHT:" in proc.stdout and "[1, 3, 6]" not in proc.stdout
     r = saved_result("task_6_multi_user_load")
     assert r["server_state"] == "reused"
-    assert [lv["users"] for lv in r["levels"]] == [1, 3, 6]
-    assert [lv["total_tokens"] for lv in r["levels"]] == [10, 30, 60]
-    assert all(lv["failed"] == 0 and lv["succeeded"] == lv["users"] for lv in r["levels"])
+    assert [lv["num_users"] for lv in r["levels"]] == [1, 3, 6] == r["users_per_level"]
+    assert [lv["num_output_tokens"] for lv in r["levels"]] == [10, 30, 60]
+    assert all(lv["errors"] == [] and lv["num_ok"] == lv["num_users"] for lv in r["levels"])
     for lv in r["levels"]:
         assert 0 < lv["mean_ttft_s"] <= lv["mean_latency_s"]
         assert lv["p50_latency_s"] <= lv["p95_latency_s"]
-    assert r["sequential"]["users"] == 6 and r["sequential"]["total_tokens"] == 60
+    assert r["sequential"]["num_users"] == 6 and r["sequential"]["num_output_tokens"] == 60
+    assert r["sequential"]["is_concurrent"] is False
     # the factor's arithmetic is checked by hand in tests/test_reports.py; here, that the
     # report prints what was saved
     assert f"Scaling factor:                   {r['scaling_factor']:.1f}x" in proc.stdout
@@ -121,7 +126,8 @@ def test_tasks_5_and_6_against_a_server_given_by_base_url(tiny_model, port):
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = saved_result("task_6_multi_user_load")
     assert r["server_state"] == "external" and r["model_source"] == "external"
-    assert [lv["total_tokens"] for lv in r["levels"]] == [5, 10] and r["sequential"] is None
+    assert [lv["num_output_tokens"] for lv in r["levels"]] == [5, 10] and "sequential" not in r
+    assert "server_config" not in r                  # not the lab's server: no settings to say
     assert_fits(proc.stdout)
     assert server.running_config(port) == config               # the same server, untouched
 
@@ -130,8 +136,8 @@ def test_a_refused_request_is_counted_as_failed(port):
     config = server.running_config(port)
     level = load.run_level(f"http://127.0.0.1:{port}", config.model_name,
                            ["User 1: explain a KV cache.", "word " * 300], max_tokens=8)
-    assert (len(level.ok), level.num_failed, level.total_tokens) == (1, 1, 8)
-    assert level.summary()["errors"][0].startswith("HTTP 400")
+    assert (len(level.ok), level.num_failed, level.num_output_tokens) == (1, 1, 8)
+    assert level.num_ok == 1 and level.errors[0].startswith("HTTP 400")
 
 
 def test_cross_check_runs_vllm_bench_serve_on_the_same_load(tiny_model, port):
@@ -140,13 +146,13 @@ def test_cross_check_runs_vllm_bench_serve_on_the_same_load(tiny_model, port):
     r = saved_result("benchmark_cross_check")
     # the tiny model's runs take a fraction of a second, so they may differ by more than the
     # bound; either way the exit code says which (1: outside it, with one line saying so)
-    assert proc.returncode == (0 if r["agree"] else 1), proc.stderr[-3000:]
-    if not r["agree"]:
+    assert proc.returncode == (0 if r["is_within_bound"] else 1), proc.stderr[-3000:]
+    if not r["is_within_bound"]:
         assert proc.stderr.strip().splitlines()[-1].startswith("ERROR: the two measurements "
                                                                "differ by")
-    assert r["vllm_bench_serve"]["completed"] == r["task6"]["succeeded"] == 4
-    assert r["vllm_bench_serve"]["total_output_tokens"] == r["task6"]["total_tokens"] == 40
-    assert r["vllm_bench_serve"]["output_throughput"] > 0 and r["input_len"] > 0
+    assert r["vllm_bench_serve"]["num_completed"] == r["task6"]["num_ok"] == 4
+    assert r["vllm_bench_serve"]["total_output_tokens"] == r["task6"]["num_output_tokens"] == 40
+    assert r["vllm_bench_serve"]["output_tokens_per_s"] > 0 and r["input_len_tokens"] > 0
     assert "Output throughput differs by" in proc.stdout   # the figure, whichever the verdict
     assert_fits(proc.stdout)
 

@@ -10,8 +10,18 @@ import sys
 import pytest
 
 import summary
+import task_1_hf_baseline as task1
+import task_2_vllm_inference as task2
+import task_3_kv_cache_problem as task3
+import task_4_paged_attention as task4
+import task_8_dashboard as task8
+import task_6_multi_user_load as task6
+import task_7_tuning as task7
+import verify_environment
 from common import memory, results
 from common import roofline as rl
+from common.load import LoadLevel
+from tests import hand_results as hand
 from tests.conftest import assert_fits, run_script, saved_result
 
 # SmolLM-135M's config.json (the source's model; SmolLM2-135M has the same shapes)
@@ -22,9 +32,28 @@ MACHINE = rl.Machine(bandwidth_bytes_s=20e9, flops_s={"float32": 250e9, "bfloat1
                      threads=2)
 
 
-def typed(res: dict[str, dict]) -> dict:
-    """Saved results written by hand, read into their records as results.load reads a file."""
-    return {name: results.record_of(name).from_dict(r) for name, r in res.items()}
+def level(users: int, tokens_per_s: float, mean_tpot_s: float | None = None) -> LoadLevel:
+    return hand.fill(LoadLevel, num_users=users, num_ok=users, tokens_per_s=tokens_per_s,
+                     mean_tpot_s=mean_tpot_s)
+
+
+def one_request(tokens_per_s: float, total_time_s: float = 0.0, generated_tokens: int = 0,
+                name: str = "task_1_hf_baseline", users: int = 1) -> rl.MeasuredStep:
+    """A step as summary.measured_steps reads tasks 1 and 2 (total time / generated tokens)."""
+    label = {"task_1_hf_baseline": "HF, 1 request", "task_2_vllm_inference": "vLLM, 1 request"}
+    ms = 1000 * total_time_s / generated_tokens if generated_tokens else 1000 / tokens_per_s
+    return rl.MeasuredStep(name, label[name], users, tokens_per_s, ms, "time / tokens")
+
+
+def steps_of(t1: tuple, t2: tuple, levels: list[LoadLevel]) -> list[rl.MeasuredStep]:
+    """The measured steps of tasks 1, 2 and 6, through summary.measured_steps."""
+    res = {"task_1_hf_baseline": hand.fill(task1.HFBaseline, tokens_per_s=t1[0],
+                                           total_time_s=t1[1], generated_tokens=t1[2]),
+           "task_2_vllm_inference": hand.fill(task2.VLLMInference, tokens_per_s=t2[0],
+                                              total_time_s=t2[1], generated_tokens=t2[2]),
+           "task_6_multi_user_load": hand.fill(task6.MultiUserLoad, levels=levels,
+                                               scaling_factor=10.0)}
+    return summary.measured_steps(res)
 
 
 # --- roofline arithmetic ----------------------------------------------------------------------
@@ -50,38 +79,36 @@ def test_untied_embeddings_are_counted_twice_in_params_once_in_matmuls():
 def test_ceilings_on_given_inputs():
     cost = rl.model_cost(SMOLLM, "bfloat16", 2)
     one = rl.ceiling(cost, MACHINE, batch=1, context=36)
-    assert one["bound"] == "bandwidth"
-    assert one["read_s"] == pytest.approx(269_860_608 / 20e9, rel=1e-12)
-    assert one["tokens_per_s"] == pytest.approx(20e9 / 269_860_608, rel=1e-12)      # 74.1
+    assert one.bound == "bandwidth"
+    assert one.read_s == pytest.approx(269_860_608 / 20e9, rel=1e-12)
+    assert one.tokens_per_s == pytest.approx(20e9 / 269_860_608, rel=1e-12)      # 74.1
     top = rl.compute_ceiling(cost, MACHINE, context=36)
     assert top == pytest.approx(1e12 / 271_448_064, rel=1e-12)                      # 3,684
     ridge = rl.ridge_batch(cost, MACHINE, context=36)
     assert ridge == pytest.approx((269_031_168 / 20e9) / (271_448_064 / 1e12 - 36 * 23_040 / 20e9),
                                   rel=1e-12)                                        # 58.5
     below, above = (rl.ceiling(cost, MACHINE, b, 36) for b in (58, 59))
-    assert (below["bound"], above["bound"]) == ("bandwidth", "compute")
-    assert rl.ceiling(cost, MACHINE, 1000, 36)["tokens_per_s"] == pytest.approx(top, rel=1e-12)
+    assert (below.bound, above.bound) == ("bandwidth", "compute")
+    assert rl.ceiling(cost, MACHINE, 1000, 36).tokens_per_s == pytest.approx(top, rel=1e-12)
 
 
 def test_tasks_are_placed_under_the_ceilings():
-    res = {"task_1_hf_baseline": {"tokens_per_s": 22.0},
-           "task_2_vllm_inference": {"tokens_per_s": 33.0},
-           "task_6_multi_user_load": {"levels": [{"users": 1, "throughput_tok_s": 20.0},
-                                                 {"users": 20, "throughput_tok_s": 200.0}],
-                                      "scaling_factor": 10.0}}
+    measured = steps_of((22.0, 0.0, 0), (33.0, 0.0, 0), [level(1, 20.0), level(20, 200.0)])
     cost = rl.model_cost(SMOLLM, "bfloat16", 2)
-    r = rl.place(typed(res), cost, MACHINE, context=36)
+    r = rl.place(measured, cost, MACHINE, context=36)
     single = 20e9 / 269_860_608
-    assert r["placed"]["task_1_hf_baseline"]["pct_of_bandwidth_ceiling"] == pytest.approx(
+    assert r.placed["task_1_hf_baseline"].pct_of_bandwidth_ceiling == pytest.approx(
         100 * 22.0 / single, rel=1e-12)
-    assert r["placed"]["task_2_vllm_inference"]["pct_of_bandwidth_ceiling"] == pytest.approx(
+    assert r.placed["task_2_vllm_inference"].pct_of_bandwidth_ceiling == pytest.approx(
         100 * 33.0 / single, rel=1e-12)
-    six = r["placed"]["task_6_multi_user_load"]
-    assert six["users"] == 20
-    assert six["pct_of_compute_ceiling"] == pytest.approx(100 * 200 / (1e12 / 271_448_064), rel=1e-12)
+    six = r.placed["task_6_multi_user_load"]
+    assert six.users == 20
+    assert six.pct_of_compute_ceiling == pytest.approx(100 * 200 / (1e12 / 271_448_064), rel=1e-12)
     # 20 requests: one read of the weights + 20 KV caches, against 20 x the FLOPs
     at20 = 20 / max((269_031_168 + 20 * 36 * 23_040) / 20e9, 20 * 271_448_064 / 1e12)
-    assert six["roofline_at_users"]["tokens_per_s"] == pytest.approx(at20, rel=1e-12)
+    assert six.roofline_at_users.tokens_per_s == pytest.approx(at20, rel=1e-12)
+    # the server's 1-user level sits beside its batch: tokens/s, and the step from requests / tok/s
+    assert (six.one_user.tokens_per_s, six.one_user.step_ms) == (20.0, 50.0)
 
 
 def test_measure_machine_gives_figures():
@@ -103,36 +130,30 @@ def test_linear_shapes_are_the_weights_a_step_multiplies():
 
 def test_attribution_on_given_inputs():
     a = rl.attribute_step(ceiling_ms=20.0, floor_ms=73.0, step_ms=85.0)
-    assert a["library_ms"] == pytest.approx(53.0, rel=1e-12)      # floor - ceiling
-    assert a["engine_ms"] == pytest.approx(12.0, rel=1e-12)       # step - floor
+    assert a.library_ms == pytest.approx(53.0, rel=1e-12)      # floor - ceiling
+    assert a.engine_ms == pytest.approx(12.0, rel=1e-12)       # step - floor
     # of the 85 ms step: 20 / 85 = 23.53 %, 53 / 85 = 62.35 %, 12 / 85 = 14.12 %
-    assert a["ceiling_pct"] == pytest.approx(23.529, abs=1e-3)
-    assert a["library_pct"] == pytest.approx(62.353, abs=1e-3)
-    assert a["engine_pct"] == pytest.approx(14.118, abs=1e-3)
-    assert a["larger_gap"] == "library"
+    assert a.ceiling_pct == pytest.approx(23.529, abs=1e-3)
+    assert a.library_pct == pytest.approx(62.353, abs=1e-3)
+    assert a.engine_pct == pytest.approx(14.118, abs=1e-3)
+    assert a.larger_gap == "library"
     b = rl.attribute_step(ceiling_ms=20.0, floor_ms=30.0, step_ms=85.0)
-    assert (b["library_ms"], b["engine_ms"], b["larger_gap"]) == (10.0, 55.0, "engine")
+    assert (b.library_ms, b.engine_ms, b.larger_gap) == (10.0, 55.0, "engine")
 
 
-def rung_results() -> dict:
+def rung_steps() -> list[rl.MeasuredStep]:
     """Tasks 1, 2 and 6 as saved: steps of 50, 34, 50 (1 user) and 100 ms (20 users)."""
-    return {"task_1_hf_baseline": {"tokens_per_s": 20.0, "total_time_s": 2.5,
-                                   "generated_tokens": 50},
-            "task_2_vllm_inference": {"tokens_per_s": 29.41, "total_time_s": 1.7,
-                                      "generated_tokens": 50},
-            "task_6_multi_user_load": {"levels": [
-                {"users": 1, "throughput_tok_s": 20.0, "mean_tpot_s": 0.05},
-                {"users": 20, "throughput_tok_s": 200.0, "mean_tpot_s": 0.1}],
-                "scaling_factor": 10.0}}
+    return steps_of((20.0, 2.5, 50), (29.41, 1.7, 50),
+                    [level(1, 20.0, 0.05), level(20, 200.0, 0.1)])
 
 
 def test_every_measured_step_is_placed_on_three_rungs():
-    res = rung_results()
+    measured = rung_steps()
     cost = rl.model_cost(SMOLLM, "bfloat16", 2)
-    assert rl.floor_batches(typed(res)) == [1, 20]
+    assert rl.floor_batches(measured) == [1, 20]
     floor = rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060})
-    rungs = rl.place(typed(res), cost, MACHINE, context=36, floor=floor)["rungs"]
-    assert [(g["label"], g["users"]) for g in rungs] == [
+    rungs = rl.place(measured, cost, MACHINE, context=36, floor=floor).rungs
+    assert [(g.label, g.users) for g in rungs] == [
         ("HF, 1 request", 1), ("vLLM, 1 request", 1), ("server, 1 user", 1),
         ("server, 20 users", 20)]
     # 1 request: one read of the weights + 36 tokens of KV at 20 GB/s (the FLOPs take less)
@@ -142,29 +163,29 @@ def test_every_measured_step_is_placed_on_three_rungs():
     expected = [(one, 30.0, 1000 * 2.5 / 50), (one, 30.0, 1000 * 1.7 / 50), (one, 30.0, 50.0),
                 (twenty, 60.0, 100.0)]
     for g, (ceiling_ms, floor_ms, step_ms) in zip(rungs, expected):
-        assert g["ceiling_ms"] == pytest.approx(ceiling_ms, rel=1e-12)
-        assert g["floor_ms"] == pytest.approx(floor_ms, rel=1e-12)
-        assert g["step_ms"] == pytest.approx(step_ms, rel=1e-12)
-        assert g["library_ms"] == pytest.approx(floor_ms - ceiling_ms, rel=1e-12)
-        assert g["engine_ms"] == pytest.approx(step_ms - floor_ms, rel=1e-12)
-        assert g["engine_pct"] == pytest.approx(100 * (step_ms - floor_ms) / step_ms, rel=1e-12)
+        assert g.ceiling_ms == pytest.approx(ceiling_ms, rel=1e-12)
+        assert g.floor_ms == pytest.approx(floor_ms, rel=1e-12)
+        assert g.step_ms == pytest.approx(step_ms, rel=1e-12)
+        assert g.library_ms == pytest.approx(floor_ms - ceiling_ms, rel=1e-12)
+        assert g.engine_ms == pytest.approx(step_ms - floor_ms, rel=1e-12)
+        assert g.engine_pct == pytest.approx(100 * (step_ms - floor_ms) / step_ms, rel=1e-12)
     # HF: 16.5 ms of library against 20 ms of engine; vLLM: 16.5 against 4
-    assert [g["larger_gap"] for g in rungs] == ["engine", "library", "engine", "library"]
+    assert [g.larger_gap for g in rungs] == ["engine", "library", "engine", "library"]
 
 
 def test_no_rungs_without_a_floor_for_this_model_dtype_and_batches():
-    res = rung_results()
+    measured = rung_steps()
     cost = rl.model_cost(SMOLLM, "bfloat16", 2)
     for floor in (None,
                   rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.03, 20: 0.06}),
                   rl.KernelFloor("bfloat16", 2, cost.matmul_params + 1, {1: 0.03, 20: 0.06}),
                   rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.03})):
-        assert rl.place(typed(res), cost, MACHINE, context=36, floor=floor)["rungs"] == []
+        assert rl.place(measured, cost, MACHINE, context=36, floor=floor).rungs == []
 
 
 def test_the_explanation_is_chosen_by_the_larger_gap():
-    library = {"label": "vLLM, 1 request", **rl.attribute_step(20.0, 73.0, 85.0)}
-    engine = {"label": "HF, 1 request", **rl.attribute_step(20.0, 30.0, 85.0)}
+    library = rl.attribute_step(20.0, 73.0, 85.0, "vLLM, 1 request")
+    engine = rl.attribute_step(20.0, 30.0, 85.0, "HF, 1 request")
     text = summary.explain_rungs([library])
     assert text.startswith("vLLM, 1 request: most of the time below the ceiling is the matmul "
                            "library.")
@@ -176,7 +197,7 @@ def test_the_explanation_is_chosen_by_the_larger_gap():
     both = summary.explain_rungs([library, engine])
     assert "vLLM, 1 request: most of the time below the ceiling is the matmul library" in both
     assert "HF, 1 request: most of the time below the ceiling is the rest of the step" in both
-    faster = {"label": "server, 20 users", **rl.attribute_step(50.0, 180.0, 170.0)}
+    faster = rl.attribute_step(50.0, 180.0, 170.0, "server, 20 users")
     assert "server, 20 users ran faster than the floor" in summary.explain_rungs([faster])
 
 
@@ -190,27 +211,42 @@ def test_measure_kernel_floor_times_the_model_shapes():
     assert sorted(floor.step_s) == [1, 20] and all(t > 0 for t in floor.step_s.values())
 
 
+def save_rung_results(model_path) -> None:
+    """Tasks 1, 2 and 6 as rung_steps, saved with the model folder their config comes from."""
+    header = results.RunHeader("m", model_path=str(model_path), dtype="bfloat16")
+    hand.save("task_1_hf_baseline", task1.HFBaseline, header, tokens_per_s=20.0,
+              total_time_s=2.5, generated_tokens=50, prompt_tokens=11)
+    hand.save("task_2_vllm_inference", task2.VLLMInference, header, tokens_per_s=29.41,
+              total_time_s=1.7, generated_tokens=50, prompt_tokens=11, speedup=1.5)
+    hand.save("task_6_multi_user_load", task6.MultiUserLoad, header,
+              levels=[level(1, 20.0, 0.05), level(20, 200.0, 0.1)], scaling_factor=10.0)
+
+
+def save_machine(floor: rl.KernelFloor | None = None) -> None:
+    """results/machine.json as `make lab` saves it, measured on 'learner-vm'."""
+    machine = rl.Machine(20e9, {"float32": 250e9, "bfloat16": 1e12}, threads=2,
+                         matmul_n={"float32": 1024, "bfloat16": 1024})
+    results.save("machine", rl.SavedMachine(machine=machine, kernel_floor=floor,
+                                            host="learner-vm"))
+
+
 def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SMOLLM))
     save_lab_results()
-    res = rung_results()
-    for step in res:
-        results.save(step, {"model": "m", "dtype": "bfloat16", "model_path": str(model),
-                            "prompt_tokens": 11, "generated_tokens": 50, "speedup": 1.5,
-                            "scaling_factor": 10.0} | res[step])
+    save_rung_results(model)
     cost = rl.model_cost(SMOLLM, "bfloat16", 2)
-    results.save("machine", {"bandwidth_bytes_s": 20e9, "threads": 2, "host": "learner-vm",
-                             "flops_s": {"float32": 250e9, "bfloat16": 1e12},
-                             "kernel_floor": {"dtype": "bfloat16", "threads": 2,
-                                              "matmul_params": cost.matmul_params,
-                                              "step_s": {"1": 0.030, "20": 0.060}}})
+    save_machine(rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060}))
     proc = run_script("summary.py")
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = saved_result("summary")["roofline"]
     assert [g["floor_ms"] for g in r["rungs"]] == pytest.approx([30.0, 30.0, 30.0, 60.0],
-                                                                 rel=1e-12)
+                                                                rel=1e-12)
+    # read back typed, as the report page reads it
+    back = results.load("summary", summary.Summary)
+    assert [g.floor_ms for g in back.roofline.rungs] == pytest.approx([30.0, 30.0, 30.0, 60.0])
+    assert back.roofline.kernel_floor.step_s == {1: 0.030, 20: 0.060}
     out = " ".join(proc.stdout.split())
     assert "WHERE EACH STEP'S TIME GOES" in out
     assert re.search(r"server, 20 users +14\.3 +60\.0 +100\.0 +46 \(46%\) +40 \(40%\)", out)
@@ -222,37 +258,57 @@ def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
 
 # --- the summary table from saved results -----------------------------------------------------
 def save_lab_results(model: str = "SmolLM2-135M-Instruct", dtype: str = "bfloat16") -> None:
-    common = {"model": model, "dtype": dtype}
-    results.save("verify_environment", {"passed": 5, "total": 5,
-                                        "machine": {"cores": 7, "cpu": "Test CPU"}})
-    results.save("task_1_hf_baseline", common | {"tokens_per_s": 21.04})
-    results.save("task_2_vllm_inference", common | {"tokens_per_s": 27.96, "speedup": 1.33})
-    results.save("task_3_kv_cache_problem", common | {"utilization_pct": 20.3})
-    results.save("task_4_paged_attention", common | {"paged": {"utilization_pct": 95.4},
-                                                     "users_ratio": 4.8})
-    results.save("task_6_multi_user_load", common | {
-        "levels": [{"users": 1, "throughput_tok_s": 19.8}, {"users": 20, "throughput_tok_s": 194.4}],
-        "scaling_factor": 9.82})
-    results.save("task_7_tuning", common | {"configs": [
-        {"label": "A: Default", "throughput_tok_s": 149.3},
-        {"label": "B: Shorter Context", "throughput_tok_s": 142.3},
-        {"label": "C: Limited Concurrency", "throughput_tok_s": 91.5}]})
-    results.save("task_8_dashboard", common | {
-        "snapshot": {"running": 8, "waiting": 12, "kv_usage": 0.3636, "e2e_count": 11.0},
-        "last_interval": {"tokens_per_s": 61.04}, "load": {"sent": 20}})
-    results.save("task_9_build_your_own_engine", common | {
-        "correctness": {"num_identical": 8, "num_prompts": 8},
-        "continuous_over_static": 1.654, "engine_over_vllm": 1.306})
-    results.save("task_10_prefix_caching", common | {
-        "hit_rate": 2480 / 3364, "ttft_off_s": 2.22, "ttft_on_s": 1.05,
-        "vllm_hit_rate": 2480 / 3364})
+    header = results.RunHeader(model, dtype=dtype)
+    hand.save("verify_environment", verify_environment.EnvironmentCheck, header, passed=5,
+              total=5, machine=hand.fill(verify_environment.LabMachine, cores=7, cpu="Test CPU"))
+    hand.save("task_1_hf_baseline", task1.HFBaseline, header, tokens_per_s=21.04)
+    hand.save("task_2_vllm_inference", task2.VLLMInference, header, tokens_per_s=27.96,
+              speedup=1.33)
+    hand.save("task_3_kv_cache_problem", task3.ContiguousKV, header, utilization_pct=20.3)
+    hand.save("task_4_paged_attention", task4.PagedKV, header,
+              paged=hand.fill(task4.PagedFigures, utilization_pct=95.4), users_ratio=4.8)
+    hand.save("task_6_multi_user_load", task6.MultiUserLoad, header,
+              levels=[level(1, 19.8), level(20, 194.4)], scaling_factor=9.82)
+    hand.save("task_7_tuning", task7.Tuning, header, configs=[
+        hand.fill(task7.ConfigRun, config=config, level=level(10, tok_s))
+        for config, tok_s in zip(task7.CONFIGS, (149.3, 142.3, 91.5))])
+    hand.save("task_8_dashboard", task8.Dashboard, header,
+              snapshot=hand.fill(task8.Snapshot, num_running=8, num_waiting=12,
+                                 kv_usage_fraction=0.3636),
+              last_interval=hand.fill(task8.Interval, tokens_per_s=61.04),
+              load=hand.fill(task8.LoadSent, num_requests=20))
+    save_task_9(header)
+    save_task_10(header)
+
+
+def save_task_9(header) -> None:
+    """Task 9 by hand (tests/test_task_9.py): 8/8 = HF, 1.65x static, 1.31x vLLM."""
+    from tests.test_task_9 import hand_result
+
+    record = hand_result(with_vllm=True)
+    record.header = header
+    results.save("task_9_build_your_own_engine", record)
+
+
+def save_task_10(header) -> None:
+    """Task 10's defaults' run (tests/test_task_10.py): hit 74%, TTFT 2.22 -> 1.05 s."""
+    from tests.test_task_10 import hand_result
+
+    results.save("task_10_prefix_caching", hand_result(header))
 
 
 def test_summary_rows_from_saved_results():
     save_lab_results()
     proc = run_script("summary.py", "--no-roofline")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [(r["step"], r["what"], r["figure"]) for r in saved_result("summary")["rows"]]
+    saved = saved_result("summary")["rows"]
+    rows = [(r["step"], r["what"], r["figure"]) for r in saved]
+    # the source's own figure beside each step's, where the source has one (its section 10)
+    assert [r["source"] for r in saved] == [
+        "-", "10.5 tok/s", "11.9 tok/s (1.1x)", "utilisation 20.3%",
+        "utilisation 95.4%, users 4.8x", "/v1/completions, 3.83 s", "20 users 163.4 tok/s (12.6x)",
+        "A 95.2 / B 101.9 / C 53.6 tok/s", "-", "-", "-"]
+    assert "(source: 11.9 tok/s (1.1x))" in proc.stdout
     assert rows == [
         ("0", "Environment check", "5/5 passed"),
         ("1", "HuggingFace baseline", "21.0 tok/s"),
@@ -272,7 +328,8 @@ def test_summary_rows_from_saved_results():
     assert "Cores (threads):                  7\nCPU:                              Test CPU" \
         in proc.stdout                              # the machine the lab ran on, from its results
     assert "Measured:" in proc.stdout
-    assert "Single request: 1.3x. Concurrent requests: 9.8x." in proc.stdout
+    assert "Single request: 1.3x (source 1.1x). Concurrent requests: 9.8x (source 12.6x)." \
+        in " ".join(proc.stdout.split())
     assert_fits(proc.stdout)
     assert "NOTE" not in proc.stdout
 
@@ -281,7 +338,10 @@ def test_an_older_or_broken_result_says_to_run_its_task_again():
     """A result this lab cannot read is one clear line naming the file and the task to run
     again, never a silent "incomplete" and never a traceback."""
     save_lab_results()
-    results.save("task_7_tuning", {"model": "SmolLM2-135M-Instruct", "dtype": "bfloat16"})
+    path7 = results.path_of("task_7_tuning")       # this lab's layout, a field missing
+    saved7 = json.loads(path7.read_text())
+    del saved7["configs"]
+    path7.write_text(json.dumps(saved7))
     path6 = results.path_of("task_6_multi_user_load")   # an older lab: no layout version
     path6.write_text(json.dumps({"levels": [{"users": 1, "throughput_tok_s": 19.8}],
                                  "scaling_factor": 1.0}))
@@ -302,7 +362,7 @@ def test_an_older_or_broken_result_says_to_run_its_task_again():
     assert "incomplete" not in out
     with pytest.raises(results.StaleResult, match="^.*task_6_multi_user_load.json was written "
                                                   "by an older lab: run task 6 again$"):
-        results.load("task_6_multi_user_load")
+        results.load("task_6_multi_user_load", task6.MultiUserLoad, "task 6")
 
 
 def test_roofline_is_placed_with_the_saved_machine_figures(tmp_path):
@@ -312,17 +372,12 @@ def test_roofline_is_placed_with_the_saved_machine_figures(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(SMOLLM))
     save_lab_results()
-    results.save("task_2_vllm_inference", {"model": "m", "dtype": "bfloat16", "model_path": str(model),
-                                           "tokens_per_s": 27.96, "speedup": 1.33,
-                                           "prompt_tokens": 11, "generated_tokens": 50})
-    results.save("task_6_multi_user_load", {"model": "m", "dtype": "bfloat16", "scaling_factor": 9.8,
-                                            "levels": [{"users": 1, "throughput_tok_s": 20.0,
-                                                        "mean_tpot_s": 0.05},
-                                                       {"users": 20, "throughput_tok_s": 200.0,
-                                                        "mean_tpot_s": 0.1}]})
-    results.save("machine", {"bandwidth_bytes_s": 20e9, "threads": 2, "host": "learner-vm",
-                             "flops_s": {"float32": 250e9, "bfloat16": 1e12},
-                             "matmul_n": {"float32": 1024, "bfloat16": 1024}})
+    header = results.RunHeader("m", model_path=str(model), dtype="bfloat16")
+    hand.save("task_2_vllm_inference", task2.VLLMInference, header, tokens_per_s=27.96,
+              speedup=1.33, prompt_tokens=11, generated_tokens=50)
+    hand.save("task_6_multi_user_load", task6.MultiUserLoad, header, scaling_factor=9.8,
+              levels=[level(1, 20.0, 0.05), level(20, 200.0, 0.1)])
+    save_machine()
     proc = run_script("summary.py")
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = saved_result("summary")["roofline"]
@@ -344,8 +399,8 @@ def test_roofline_is_placed_with_the_saved_machine_figures(tmp_path):
 
 def test_summary_flags_steps_that_ran_another_model():
     save_lab_results()
-    results.save("task_1_hf_baseline", {"model": "/models/other", "dtype": "float32",
-                                        "tokens_per_s": 15.0})
+    hand.save("task_1_hf_baseline", task1.HFBaseline,
+              results.RunHeader("/models/other", dtype="float32"), tokens_per_s=15.0)
     proc = run_script("summary.py", "--no-roofline")
     assert proc.returncode == 0
     assert "NOTE: task_1_hf_baseline ran other, float32" in proc.stdout
@@ -353,11 +408,9 @@ def test_summary_flags_steps_that_ran_another_model():
 
 def test_summary_shows_time_and_memory_of_the_last_lab_run():
     save_lab_results()
-    results.save("lab_run", {"total_seconds": 250.0, "completed": True, "steps": [
-        {"script": "task_1_hf_baseline.py", "seconds": 12.5, "peak_memory_bytes": 1_100_000_000,
-         "peak_processes": 1},
-        {"script": "task_6_multi_user_load.py", "seconds": 70.0,
-         "peak_memory_bytes": 3_600_000_000, "peak_processes": 4}]})
+    results.save("lab_run", results.LabRun(total_seconds=250.0, completed=True, steps=[
+        results.LabStepRun("task_1_hf_baseline.py", 12.5, 1_100_000_000, 1),
+        results.LabStepRun("task_6_multi_user_load.py", 70.0, 3_600_000_000, 4)]))
     proc = run_script("summary.py", "--no-roofline")
     assert proc.returncode == 0
     assert re.search(r"\ntask_1_hf_baseline.py +12.5 +1.10 +1\n", proc.stdout)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from common import settings
+from common import settings, steps
 from tests.conftest import assert_fits, run_script, saved_result
 
 
@@ -29,6 +29,10 @@ def test_task_1_on_the_tiny_model(tiny_model):
     assert "dtype: float32 (asked for with --dtype)" in " ".join(proc.stdout.split())
     assert_fits(proc.stdout)
     assert proc.stdout.count("\nModel:") == 1                # the model row once per report
+    step = steps.by_name()["task_1_hf_baseline"]             # read back typed, as the summary
+    typed = step.load()
+    assert isinstance(typed, step.record) and typed.settings.max_new_tokens == 20
+    assert step.row(typed) == f"{t1['tokens_per_s']:.1f} tok/s"
 
 
 @pytest.mark.engine
@@ -55,3 +59,7 @@ def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     assert "Engine and config agree to the block." in proc.stdout
     assert_fits(proc.stdout)
     assert proc.stdout.count("\nModel:") == 1
+    step = steps.by_name()["task_2_vllm_inference"]          # read back typed, as the summary
+    typed = step.load()
+    assert typed.settings.block_size == 16 and typed.kv_capacity_derived.num_blocks == 8_192
+    assert step.row(typed) == f"{t2['tokens_per_s']:.1f} tok/s ({t2['speedup']:.1f}x)"

@@ -1,0 +1,144 @@
+"""Task 10's report (task_10_prefix_caching.py prints it, in this order): what ran, then the
+four parts (correct, the pages, mini_engine measured, vLLM) and the KEY INSIGHT lines. Printing
+only: the script measures, these print its record (lessons/task_10_record.py), read by attribute,
+every pair of runs in the record's order, cache off then cache on."""
+from __future__ import annotations
+
+from common import load, report, settings
+from lessons.task_10_record import Correctness, EngineRun, PrefixCaching, Settings, WorkloadShape
+
+WIDTHS = [33, 16, 16]   # the tables' columns: what, cache off, cache on
+
+
+def print_run_info(model_choice, dtype, threads: int, s: Settings, w: WorkloadShape) -> None:
+    long = ("" if s.max_model_len == settings.MAX_MODEL_LEN
+            else " (the lab's 128 cannot hold it all)")
+    report.title("Task 10: Share the Prefix - Prefix Caching")
+    report.run_info(model_choice, dtype, threads,
+                    Engine=f"mini_engine and vLLM, max_model_len={s.max_model_len}{long}, KV "
+                           f"{s.kv_cache_bytes:,} B, pages of {s.page_size_tokens}, batch cap "
+                           f"{s.max_num_seqs}, greedy",
+                    Workload=f"{s.num_requests} chat requests: a {s.num_system_tokens}-token "
+                             f"system prompt + a question ({w.min_prompt_tokens}-"
+                             f"{w.max_prompt_tokens} tokens, {w.num_shared_tokens} shared), "
+                             f"{s.num_output_tokens} new tokens each")
+
+
+def print_report(res: PrefixCaching) -> None:
+    """The four parts and the insights, from the record."""
+    print_correct(res.correct)
+    print_pages(*res.mini_engine)
+    print_measured(res)
+    if res.vllm:
+        print_vllm(res)
+    report.insight(insights(res))
+
+
+def print_correct(c: Correctness) -> None:
+    report.section("1. CORRECT: the cache changes no token (fp32, greedy)")
+    report.row("Cache on vs off", f"{c.num_identical}/{c.num_requests} requests identical, every "
+                                  f"token ({c.cached_prompt_tokens:,} of {c.prompt_tokens:,} "
+                                  f"prompt tokens from the cache)")
+    report.row("Against transformers", f"{c.num_identical_hf}/{c.num_checked_hf} identical (the "
+                                       "first requests, cache on)")
+
+
+def print_pages(off: EngineRun, on: EngineRun) -> None:
+    peak = on.peak
+    report.section(f"2. THE PAGES (cache on, step {peak.step}, most pages held)")
+    shared = peak.shared_pages
+    for seq_id, table in peak.page_tables.items():
+        report.row(f"Request {seq_id + 1} page table",
+                   " ".join(f"{p}*" if p in shared else str(p) for p in table))
+    counts = ", ".join(f"page {p}: {peak.ref_counts[p]}" for p in sorted(shared))
+    report.row("Ref counts (* shared)", counts or "none")
+    report.row("Pages held then", f"{peak.num_pages_held} for {peak.num_running} running "
+                                  f"requests, {peak.num_pages_unshared} if each held its own")
+    report.row("Peak pages in use", f"{on.num_pages_peak} with the cache, {off.num_pages_peak} "
+                                    "without")
+
+
+def print_measured(res: PrefixCaching) -> None:
+    runs, control = res.mini_engine, res.control
+    report.section("3. MEASURED IN mini_engine (cache off vs on)")
+    report.table(["Chat workload", *(r.label for r in runs)], [
+        ("Prompt tokens computed", *(f"{r.computed_prompt_tokens:,}" for r in runs)),
+        ("  taken from the cache", *(f"{r.cached_prompt_tokens:,}" for r in runs)),
+        ("Hit rate (prompt tokens)", *(f"{100 * r.hit_fraction:.1f}%" for r in runs)),
+        ("TTFT mean (s)", *(f"{r.mean_ttft_s:.2f}" for r in runs)),
+        ("TTFT p95 (s)", *(f"{r.p95_ttft_s:.2f}" for r in runs)),
+        ("Tokens/s", *(f"{r.tokens_per_s:.1f}" for r in runs)),
+        ("Time (s)", *(f"{r.duration_s:.2f}" for r in runs)),
+        ("Peak pages in use", *(r.num_pages_peak for r in runs)),
+        ("Outputs as cache off", "",
+         f"{res.num_identical_in_dtype}/{res.settings.num_requests}")], WIDTHS)
+    print()
+    report.table(["Control (no page shared)", *(r.label for r in control)], [
+        ("Hit rate (prompt tokens)", *(f"{100 * r.hit_fraction:.1f}%" for r in control)),
+        ("TTFT mean (s)", *(f"{r.mean_ttft_s:.2f}" for r in control)),
+        ("Tokens/s", *(f"{r.tokens_per_s:.1f}" for r in control)),
+        ("Time (s)", *(f"{r.duration_s:.2f}" for r in control)),
+        ("  of it scheduling (ms)", *(f"{1000 * r.bookkeeping_s:.0f}" for r in control))], WIDTHS)
+    report.note("Scheduling: admission, the cache's look-ups and page hashes, the page tables")
+
+
+def print_vllm(res: PrefixCaching) -> None:
+    runs, w, page = res.vllm, res.workload, res.settings.page_size_tokens
+    report.section("4. vLLM: THE SAME WORKLOAD THROUGH THE LAB'S SERVER")
+    report.table(["Streamed, all at once", *(r.label for r in runs)], [
+        ("TTFT mean (s)", *(load.seconds(r.level.mean_ttft_s) for r in runs)),
+        ("TTFT p95 (s)", *(load.seconds(r.level.p95_ttft_s) for r in runs)),
+        ("Tokens/s", *(f"{r.level.tokens_per_s:.1f}" for r in runs)),
+        ("Prefix cache hits (tokens)", *(f"{r.prefix_cache_hit_tokens:,}" for r in runs)),
+        ("  of queries (tokens)", *(f"{r.prefix_cache_query_tokens:,}" for r in runs)),
+        ("Hit rate (/metrics)", *("-" if r.hit_fraction is None else f"{100 * r.hit_fraction:.1f}%"
+                                  for r in runs)),
+        ("Succeeded", *(f"{r.level.num_ok}/{r.level.num_users}" for r in runs))], WIDTHS)
+    whole, n = w.whole_page_tokens(page), res.settings.num_requests
+    report.note(f"Why under 100%: every prompt starts with the same {w.num_shared_tokens} tokens, "
+                f"{whole // page} whole blocks of {page} ({whole} tokens); only whole blocks are "
+                f"cached, and the first request computes them, so at most {n - 1} x {whole} = "
+                f"{(n - 1) * whole:,} of {w.num_prompt_tokens:,} prompt tokens can hit "
+                f"({100 * (n - 1) * whole / w.num_prompt_tokens:.1f}%). A prompt found whole in "
+                "the cache still computes its last block: its last token's logits pick the next "
+                "token.")
+    report.note("Offline LLM.generate, RequestOutput.num_cached_tokens: " + "; ".join(
+        f"{label} {r.num_cached_tokens} of {r.prompt_tokens}" for label, r in res.offline.items()))
+
+
+def insights(res: PrefixCaching) -> list[str]:
+    """Each line chosen from the figures it states: a bug or rounding, noise or the cache."""
+    (off, on), (c_off, c_on), c = res.mini_engine, res.control, res.correct
+    n, dtype = c.num_requests, res.header.dtype
+    lines = [f"The cache changed no token: {n}/{n} requests identical in fp32"
+             if c.num_identical == n else
+             f"{n - c.num_identical} of {n} requests differ with the cache in fp32: a bug"]
+    same = res.num_identical_in_dtype
+    if same < n:
+        lines.append(f"In {dtype}, {same}/{n} matched; fp32 matched {c.num_identical}/{n}, so the "
+                     f"difference is rounding (the same K/V computed in another batch rounds "
+                     f"differently in {dtype}), not the cache's bookkeeping")
+    fewer = 100 * (1 - on.computed_prompt_tokens / off.computed_prompt_tokens)
+    lines.append(f"Sharing the system prompt's pages cut the prompt tokens computed by "
+                 f"{fewer:.0f}% (each prompt shares {res.workload.num_shared_tokens} tokens, "
+                 f"{res.workload.whole_page_tokens(res.settings.page_size_tokens)} of them in "
+                 f"whole pages): TTFT mean {off.mean_ttft_s:.2f} -> {on.mean_ttft_s:.2f} s, "
+                 f"{on.tokens_per_s / off.tokens_per_s:.2f}x tokens/s")
+    lines.append(f"Pages held at the peak: {on.num_pages_peak} with sharing, {off.num_pages_peak} "
+                 f"without: the same KV budget holds {off.num_pages_peak / on.num_pages_peak:.1f}x "
+                 "these requests")
+    change = 100 * (c_on.tokens_per_s / c_off.tokens_per_s - 1)
+    is_noise = (abs(c_on.bookkeeping_s - c_off.bookkeeping_s) < 0.01 * c_on.duration_s
+                < abs(c_on.duration_s - c_off.duration_s))
+    lines.append(f"When nothing hits, the cache on ran at {c_on.tokens_per_s:.1f} tokens/s against "
+                 f"{c_off.tokens_per_s:.1f} ({change:+.1f}%, one run each); its bookkeeping took "
+                 f"{1000 * c_on.bookkeeping_s:.0f} ms of {c_on.duration_s:.1f} s "
+                 f"({1000 * c_off.bookkeeping_s:.0f} ms with the cache off)"
+                 + (": the gap is run-to-run noise, not the cache" if is_noise else ""))
+    if res.vllm and res.vllm[1].hit_fraction is not None:
+        off_v, on_v = res.vllm
+        lines.append(f"vLLM found {100 * on_v.hit_fraction:.0f}% of the prompt tokens in its "
+                     f"cache: TTFT mean {load.seconds(off_v.level.mean_ttft_s)} -> "
+                     f"{load.seconds(on_v.level.mean_ttft_s)} s, "
+                     f"{on_v.level.tokens_per_s / off_v.level.tokens_per_s:.2f}x tokens/s")
+    return lines

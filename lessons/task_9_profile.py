@@ -1,0 +1,137 @@
+"""Task 9, part 3: where a decode step's time goes. The engine's own phases (mini_engine's
+StepProfiler) at batch 1 and at the fullest batch of the continuous run, beside the model's
+matmuls timed alone through F.linear (the kernel floor, common/roofline.py) and one read of the
+weights at the measured bandwidth; then the kernel each kind of linear layer chose when the
+model loaded (model.choose_kernels). Measuring first, then printing, then the two insight lines
+chosen from these figures (step_limit, kernel_choice)."""
+from __future__ import annotations
+
+import statistics
+
+from common import report, settings
+from common import roofline as rl
+from lessons.task_9_record import LinearChoice, LinearChoices, MachineBounds, Phases
+from mini_engine import PHASES, LLMEngine, Llama
+
+PHASE_TOKENS = 24    # the batch-1 run whose decode steps are timed
+PHASE_LABELS = {"matmul": "matmuls (linear layers)", "attention": "attention (paged)",
+                "forward_other": "rest of the forward", "sampling": "sampling",
+                "scheduling": "scheduling"}
+
+
+# --- measuring ----------------------------------------------------------------------------------
+def mean_phases(steps) -> Phases:
+    """Mean seconds per phase (and per step) over these steps."""
+    return Phases(**{f"{p}_s": statistics.mean(s.phases[p] for s in steps) for p in PHASES},
+                  step_s=statistics.mean(s.seconds for s in steps), num_steps=len(steps))
+
+
+def phase_split(one_request: LLMEngine, prompt_ids: list[int], batched_steps) -> dict[int, Phases]:
+    """Decode steps only (one new token per row): batch 1 from one request run on one_request
+    (a fresh, profiled engine), the cap from the continuous run's full steps (the fullest it
+    had, if it never filled the cap)."""
+    num_tokens = min(PHASE_TOKENS, settings.MAX_MODEL_LEN - len(prompt_ids))
+    one_request.add_request(prompt_ids, num_tokens, min_tokens=num_tokens)
+    one_request.run()
+    decode = [s for s in batched_steps if s.num_tokens == s.num_rows]
+    fullest = max(s.num_rows for s in decode)
+    return {1: mean_phases(one_request.steps[1:]),
+            fullest: mean_phases([s for s in decode if s.num_rows == fullest])}
+
+
+def machine_bounds(model: Llama, dtype: str, batches: list[int]) -> MachineBounds:
+    """Bandwidth (results/machine.json when saved, else measured now) and the kernel floor of
+    the model's own weight shapes at these batch sizes (saved, or measured now: a few seconds),
+    through the lab's one loader of the machine's figures (common.roofline)."""
+    found = rl.machine_figures(model.config, dtype, batches, settings.num_cores(),
+                               measure_floor=True)
+    bandwidth = found.machine.bandwidth_bytes_s
+    weight_bytes = rl.model_cost(model.config, dtype).weight_bytes
+    return MachineBounds(bandwidth, weight_bytes, weight_bytes / bandwidth,
+                         "measured now" if found.source.startswith("measured now")
+                         else "results/machine.json",
+                         {b: found.floor.step_s[b] for b in batches})
+
+
+def linear_choices(model: Llama) -> LinearChoices:
+    """What the model measured at load to choose its linear layers' kernels."""
+    return LinearChoices(list(model.linear_batch_sizes), model.linear_choice_s,
+                         {kind: LinearChoice(c.chosen, dict(c.seconds), dict(c.chosen_s))
+                          for kind, c in model.linear_choices.items()})
+
+
+# --- printing -----------------------------------------------------------------------------------
+def print_phases(split: dict[int, Phases], machine: MachineBounds) -> None:
+    report.section("3. WHERE THE STEP TIME GOES (decode steps, ms)")
+    batches = list(split)
+    report.table(["Phase", *(f"batch {b}" for b in batches)],
+                 [*((PHASE_LABELS[p], *(f"{1000 * split[b].by_phase()[p]:.1f}" for b in batches))
+                    for p in PHASES),
+                  ("whole step", *(f"{1000 * split[b].step_s:.1f}" for b in batches)),
+                  ("kernel floor (matmuls alone)",
+                   *(f"{1000 * machine.kernel_floor_s[b]:.1f}" for b in batches)),
+                  ("one read of the weights",
+                   *(f"{1000 * machine.weight_read_s:.1f}" for _ in batches))],
+                 widths=[33, 16, 16])
+    report.note(f"Weights {machine.weight_bytes / 1e6:,.0f} MB at "
+                f"{machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_from}); "
+                "kernel floor: q, k, v, o, gate, up, down and the LM head timed alone "
+                "through F.linear, unfused")
+
+
+def print_linear_choices(choices: LinearChoices) -> None:
+    """The kernel each kind of linear layer runs, and what the others measured (fused)."""
+    layers = choices.layers
+    kernels = [k for k in next(iter(layers.values())).option_s if ", unfused" not in k]
+    sizes = " + ".join(map(str, choices.batch_sizes))
+    report.note(f"Linear layers: kernel measured at load, ms for all layers of a kind at "
+                f"batch {sizes} ({choices.choice_s:.1f} s in all):")
+    widths = [9] + [(65 - 9 - 17) // len(kernels)] * len(kernels) + [17]
+    report.table(["Layer", *kernels, "chosen"],
+                 [(kind, *(f"{1000 * c.option_s[k]:.1f}" for k in kernels), c.chosen)
+                  for kind, c in layers.items()], widths)
+    fusion = []
+    for kind, parts in (("qkv", "q, k, v"), ("gate_up", "gate, up")):
+        option_s = layers[kind].option_s
+        fused = 1000 * min(v for k, v in option_s.items() if ", unfused" not in k)
+        apart = 1000 * min(v for k, v in option_s.items() if ", unfused" in k)
+        fusion.append(f"{parts} {'fused' if fused <= apart else 'apart'} "
+                      f"({fused:.1f} fused vs {apart:.1f} ms apart)")
+    report.note("Best of each: " + "; ".join(fusion))
+
+
+# --- the insight lines chosen from these figures ------------------------------------------------
+def step_limit(split: dict[int, Phases], machine: MachineBounds) -> str:
+    """What bounds a decode step at the cap, from its measured phases."""
+    cap = max(split)
+    phases = split[cap]
+    parts = {"the matmul library": phases.matmul_s, "attention": phases.attention_s,
+             "the many small ops and the Python of the step": phases.forward_other_s
+             + phases.sampling_s + phases.scheduling_s}
+    name = max(parts, key=parts.get)
+    line = (f"At batch {cap} a decode step took {1000 * phases.step_s:.0f} ms, "
+            f"{100 * parts[name] / phases.step_s:.0f}% of it {name}")
+    if name == "the matmul library":
+        times = phases.matmul_s / machine.weight_read_s
+        line += (f": {times:.1f}x one read of the weights, so the kernels on these skinny shapes, "
+                 "more than memory, set the pace" if times > 1.5 else
+                 f": {times:.1f}x one read of the weights, so memory bandwidth sets the pace")
+    return line
+
+
+def kernel_choice(split: dict[int, Phases], machine: MachineBounds,
+                  choices: LinearChoices) -> str:
+    """The chosen kernels inside the step against the same kernels timed alone at load (what the
+    step's other work costs them), then against the kernel floor through F.linear (what the
+    choice saved or cost): two differences, each of its own cause."""
+    cap = max(split)
+    in_step, floor = 1000 * split[cap].matmul_s, 1000 * machine.kernel_floor_s[cap]
+    chosen = " / ".join(sorted({c.chosen for c in choices.layers.values()}))
+    line = f"At batch {cap} its matmuls ({chosen}) took {in_step:.1f} ms a step inside the engine"
+    if all(cap in c.chosen_s for c in choices.layers.values()):
+        alone = 1000 * sum(c.chosen_s[cap] for c in choices.layers.values())
+        line += (f" and {alone:.1f} ms timed alone at load, so the step's other work cost them "
+                 f"{in_step - alone:+.1f} ms")
+    return (f"{line}; the kernel floor through F.linear took {floor:.1f} ms, "
+            f"{abs(floor - in_step):.1f} ms {'more' if floor >= in_step else 'less'}: that is "
+            "the kernel choice")

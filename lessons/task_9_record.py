@@ -1,0 +1,204 @@
+"""What task 9 saves (results/task_9_build_your_own_engine.json), one typed record of a run, in
+the order its report prints it: the settings, part 1's check against transformers, part 2's
+policies and their batching timelines, part 3's step profile (phases, the machine's bounds, the
+linear layers' kernel choice), part 4's vLLM and transformers runs, and the two ratios the
+summary shows. task_9_build_your_own_engine.py builds it as it measures; the report
+(lessons/task_9_report.py), the figures (lessons/task_9_figures.py) and the summary read it by
+attribute."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common import results, settings
+
+
+@dataclass
+class RunSettings(results.Record):
+    """The flags of the run (mini_engine's EngineConfig names where they are the engine's)."""
+    num_requests: int
+    mean_output_tokens: int         # mean of the exponential output lengths
+    seed: int
+    max_batch: int                  # the batch cap: requests computed in one step
+    page_size: int                  # tokens per KV page
+    kv_bytes: int
+    max_model_len: int
+    policy: str                     # both, continuous or static
+    temperature: float
+
+    @classmethod
+    def of(cls, args) -> "RunSettings":
+        """From task 9's parsed flags and the lab's settings."""
+        return cls(args.requests, args.mean_output, args.seed, args.max_batch, args.page_size,
+                   args.kv_bytes, settings.MAX_MODEL_LEN, args.policy, settings.TEMPERATURE)
+
+
+# --- part 1: correct ----------------------------------------------------------------------------
+@dataclass
+class Mismatch(results.Record):
+    """The first token where the engine and transformers differ, for one prompt."""
+    request: int                    # its index in CHECK_PROMPTS
+    position: int                   # which new token
+    engine_token_id: int
+    transformers_token_id: int
+    top2_logit_margin: float        # transformers' top logit minus its second, there
+
+
+@dataclass
+class Correctness(results.Record):
+    num_prompts: int
+    num_prompt_tokens: list[int]    # each prompt's length
+    num_new_tokens: int             # generated per prompt, EOS held off
+    num_identical: int              # prompts whose every token matched transformers
+    mismatches: list[Mismatch]
+    num_steps: int                  # engine steps for all prompts together
+
+
+# --- part 2: the policies -----------------------------------------------------------------------
+@dataclass
+class PolicyRun(results.Record):
+    """One batching policy on the workload (the summary reads num_tokens, num_steps and
+    tokens_per_s of the continuous one)."""
+    label: str                      # static, static no-pad or continuous
+    tokens_per_s: float
+    duration_s: float
+    num_tokens: int
+    mean_latency_s: float
+    p95_latency_s: float
+    mean_ttft_s: float
+    num_steps: int
+    slot_utilization_fraction: float  # generated tokens / (batch slots x steps)
+    peak_num_pages: int             # pages in use at the peak
+    contiguous_num_pages: int       # what reserving max_model_len per running request would hold
+    num_preemptions: int
+
+
+@dataclass
+class StepTimeline(results.Record):
+    """An engine's steps, compact: per step the request ids of its rows in batch order,
+    space-separated, and those that were padding (a list per step would take a line per number
+    in the indented JSON)."""
+    seq_ids: list[str]
+    padding_ids: list[str]
+
+
+def timeline_record(steps) -> StepTimeline:
+    """An engine's step records (mini_engine's StepStats) as task 9 saves them."""
+    return StepTimeline([" ".join(map(str, s.seq_ids)) for s in steps],
+                        [" ".join(map(str, s.padding_ids)) for s in steps])
+
+
+# --- part 3: where the step time goes -----------------------------------------------------------
+@dataclass
+class Phases(results.Record):
+    """Mean seconds of a decode step in each of mini_engine.profiler.PHASES, over num_steps."""
+    matmul_s: float
+    attention_s: float
+    forward_other_s: float
+    sampling_s: float
+    scheduling_s: float
+    step_s: float                   # the whole step
+    num_steps: int
+
+    def by_phase(self) -> dict[str, float]:
+        """PHASES -> seconds, in PHASES' order."""
+        return {"matmul": self.matmul_s, "attention": self.attention_s,
+                "forward_other": self.forward_other_s, "sampling": self.sampling_s,
+                "scheduling": self.scheduling_s}
+
+
+@dataclass
+class MachineBounds(results.Record):
+    """What bounds a step on this machine: one read of the weights at the bandwidth, and the
+    model's matmuls timed alone through F.linear (the kernel floor) at each batch profiled."""
+    bandwidth_bytes_s: float
+    weight_bytes: int
+    weight_read_s: float
+    bandwidth_from: str             # measured now, or results/machine.json
+    kernel_floor_s: dict[int, float]   # batch -> seconds a step
+
+
+@dataclass
+class LinearChoice(results.Record):
+    """One kind of linear layer (qkv, o, gate_up, down, lm_head), measured at load."""
+    chosen: str                     # the option kept, e.g. 'oneDNN packed'
+    option_s: dict[str, float]      # option -> seconds, all layers of the kind, batch sizes summed
+    chosen_s: dict[int, float]      # batch size -> seconds of the chosen option, all its layers
+
+
+@dataclass
+class LinearChoices(results.Record):
+    batch_sizes: list[int]          # the batch sizes the kernels were timed at
+    choice_s: float                 # how long choosing took
+    layers: dict[str, LinearChoice]
+
+
+# --- part 4: the real thing ---------------------------------------------------------------------
+@dataclass
+class VllmSettings(results.Record):
+    """vllm.LLM's arguments (common.engine.start_engine's)."""
+    max_model_len: int
+    kv_cache_memory_bytes: int
+    block_size: int
+    enforce_eager: bool
+    dtype: str
+    max_num_seqs: int | None = None
+
+
+@dataclass
+class VllmRun(results.Record):
+    duration_s: float
+    num_tokens: int
+    tokens_per_s: float
+    num_threads: int
+    settings: VllmSettings
+    block_size: int                 # tokens per KV block, as vLLM allocated them
+    num_blocks: int
+
+
+@dataclass
+class HFRun(results.Record):
+    """transformers' generate in static padded batches."""
+    duration_s: float
+    num_tokens: int
+    tokens_per_s: float
+
+
+# --- the whole run ------------------------------------------------------------------------------
+@dataclass
+class OwnEngine(results.Result):
+    settings: RunSettings
+    correctness: Correctness
+    workload_num_output_tokens: list[int]   # each request's output length, in arrival order
+    policies: dict[str, PolicyRun]          # by label, in the order they ran
+    timelines: dict[str, StepTimeline]      # by label: the batching timeline's steps
+    phases: dict[int, Phases]               # batch size (1 and the fullest) -> decode step
+    machine: MachineBounds
+    linear_choices: LinearChoices
+    vllm: VllmRun | None = None             # None: --no-vllm
+    transformers_static: HFRun | None = None
+    continuous_over_static: float | None = None   # tokens/s ratio (both policies ran)
+    engine_over_vllm: float | None = None         # the best policy's tokens/s over vLLM's
+
+    @property
+    def best(self) -> PolicyRun:
+        """The policy compared with vLLM: continuous where it ran, else static."""
+        return self.policies.get("continuous") or self.policies["static"]
+
+
+def ratios(policies: dict[str, PolicyRun], vllm: VllmRun | None
+           ) -> tuple[float | None, float | None]:
+    """(continuous_over_static, engine_over_vllm) in tokens/s; None where a side did not run."""
+    best = policies.get("continuous") or policies["static"]
+    both = "static" in policies and "continuous" in policies
+    return (policies["continuous"].tokens_per_s / policies["static"].tokens_per_s if both
+            else None, best.tokens_per_s / vllm.tokens_per_s if vllm else None)
+
+
+def summary_row(e: OwnEngine) -> str:
+    """The summary's cell: continuous vs static on the same engine, engine vs vLLM."""
+    parts = [f"{e.correctness.num_identical}/{e.correctness.num_prompts} = HF"]
+    if e.continuous_over_static is not None:
+        parts.append(f"{e.continuous_over_static:.2f}x static")
+    if e.engine_over_vllm is not None:
+        parts.append(f"{e.engine_over_vllm:.2f}x vLLM")
+    return ", ".join(parts)

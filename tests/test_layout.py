@@ -1,0 +1,142 @@
+"""The house rules of the code's layout (issue 22), checked on the source itself: no import
+circle, mini_engine on its own, task scripts that read like a lesson, the summary and the
+report page reading attributes, not keys."""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from common import steps
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("common", "mini_engine", "lessons", "benchmarks", "tools")
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the project by its import name (top-level scripts and packages)."""
+    found = {p.stem: p for p in REPO.glob("*.py")}
+    for package in PACKAGES:
+        for path in (REPO / package).glob("*.py"):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            found[name] = path
+    return found
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project's modules this file imports, anywhere in it (inside functions too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out |= {n for n in names if n in modules}
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a graph: every strongly connected part of more than one module
+    (Tarjan's algorithm), and any module that imports itself."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1 or v in graph.get(v, ()):
+                found.append(sorted(part))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    modules = project_modules()
+    graph = {name: imports_of(path, modules) - {name.split(".")[0]} if "." in name else
+             imports_of(path, modules) for name, path in modules.items()}
+    # a package's module importing its own package's __init__ is how Python loads it, not a circle
+    assert cycles(graph) == []
+
+
+def test_mini_engine_imports_nothing_of_the_lab():
+    modules = project_modules()
+    for name, path in modules.items():
+        if name.startswith("mini_engine"):
+            lab = {m for m in imports_of(path, modules) if not m.startswith("mini_engine")}
+            assert not lab, f"{path.name} imports {sorted(lab)}"
+
+
+def main_length(path: Path) -> int:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            return node.end_lineno - node.lineno + 1
+    return 0
+
+
+@pytest.mark.parametrize("step", steps.STEPS, ids=lambda s: s.name)
+def test_a_task_script_reads_like_a_lesson(step):
+    """At most 320 lines, a main() of at most 45, and the three names the lab reads from it."""
+    path = REPO / step.script
+    assert len(path.read_text().splitlines()) <= 320
+    assert main_length(path) <= 45
+    lesson = step.lesson
+    assert isinstance(lesson.RECORD, type) and callable(lesson.summary_row)
+    assert all(isinstance(suffix, str) and callable(draw) for suffix, draw in step.figures)
+
+
+def string_key_reads(source: str) -> int:
+    """x["key"] and x.get("key") in source: how often it reads a dict by a string key."""
+    count = 0
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)):
+            count += 1
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "get" and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            count += 1
+    return count
+
+
+def test_the_summary_figures_and_report_page_read_attributes():
+    """Issue 22: at most 20 string-key reads in summary.py, the figures and the report page
+    together (they were 73 + 122 + 6): the shared modules, and each task's figures and
+    summary row wherever they live."""
+    files = [REPO / "summary.py", REPO / "common" / "figures.py", REPO / "common" / "html_report.py",
+             REPO / "common" / "roofline.py"]
+    counts = {p.name: string_key_reads(p.read_text()) for p in files}
+    for step in steps.STEPS:
+        for fn in [step.lesson.summary_row, *(draw for _, draw in step.figures)]:
+            counts[f"{step.name}.{fn.__name__}"] = string_key_reads(
+                textwrap.dedent(inspect.getsource(fn)))
+    assert sum(counts.values()) <= 20, counts
+
+
+def test_the_key_counter_counts_keys():
+    assert string_key_reads('r["a"] + r.get("b") + r[0] + r.attr + d.get(k)') == 2

@@ -1,0 +1,321 @@
+"""Task 9 without a model: its record built by hand (hand_result), saved and read back whole, the
+summary's row, what its figures plot (the batching timeline's slots worked out by hand: the
+matrix, never the pixels), and its report printed from the record, the two insight lines of the
+step profile among it. The engine itself, task 9 end to end and its flags: tests/test_engine.py;
+task 9 on the real model, vLLM included: tests/test_lab.py."""
+from __future__ import annotations
+
+import pytest
+
+import task_9_build_your_own_engine as task9
+from common import figures, results, settings, steps
+from lessons import task_9_profile, task_9_report
+from lessons.task_9_figures import batching_timeline, ids_of, runs_of, step_phases, timeline_grid
+from lessons.task_9_record import (Correctness, HFRun, LinearChoice, LinearChoices,
+                                   MachineBounds, Mismatch, OwnEngine, Phases, PolicyRun,
+                                   RunSettings, StepTimeline, VllmRun, VllmSettings, ratios,
+                                   timeline_record)
+
+HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32", threads=2)
+
+# --- the hand workload: tests/test_engine.py's ------------------------------------------------
+# outputs of 8, 1, 1, 1 tokens in arrival order, batch cap 2, one token per live request per
+# step. By hand:
+# - static: [0, 1] for 8 steps (1 is done after step 0 and stays as padding for steps 1-7), then
+#   [2, 3] at step 8: 9 steps;
+# - static no-pad: the same, but 1's row leaves the compute after step 0 and no one takes its
+#   slot before the batch ends: slot 1 idle for steps 1-7;
+# - continuous: 2 takes 1's slot at step 1, 3 takes 2's at step 2, then 0 runs alone: 8 steps.
+HAND = {"static": StepTimeline(["0 1"] * 8 + ["2 3"], [""] + ["1"] * 7 + [""]),
+        "static no-pad": StepTimeline(["0 1"] + ["0"] * 7 + ["2 3"], [""] * 9),
+        "continuous": StepTimeline(["0 1", "0 2", "0 3"] + ["0"] * 5, [""] * 8)}
+_ = None   # an idle slot
+EXPECTED = {   # ids[slot][step]; padding cells (slot, steps)
+    "static": ([[0] * 8 + [2], [1] * 8 + [3]], {(1, s) for s in range(1, 8)}),
+    "static no-pad": ([[0] * 8 + [2], [1] + [_] * 7 + [3]], set()),
+    "continuous": ([[0] * 8, [1, 2, 3] + [_] * 5], set()),
+}
+
+
+def grid_of(timeline: StepTimeline, max_batch: int = 2):
+    return timeline_grid(ids_of(timeline.seq_ids), ids_of(timeline.padding_ids), max_batch)
+
+
+# --- a whole record, by hand --------------------------------------------------------------------
+def hand_policy(label: str, tokens_per_s: float, num_steps: int, peak_num_pages: int
+                ) -> PolicyRun:
+    """The hand workload's 11 tokens; slot utilisation = 11 / (2 slots x steps)."""
+    return PolicyRun(label, tokens_per_s, 11 / tokens_per_s, 11, 0.1, 0.2, 0.05, num_steps,
+                     11 / (2 * num_steps), peak_num_pages, 16, 0)
+
+
+def hand_phases(matmul_s: float, num_steps: int) -> Phases:
+    return Phases(matmul_s, 0.002, 0.003, 0.001, 0.0006, matmul_s + 0.0066, num_steps)
+
+
+def hand_choice(chosen: str, at_batch_s: dict[int, float], fused: bool = True) -> LinearChoice:
+    """Every option slower than the chosen one (all layers of the kind, batch 1 + 2 summed);
+    fused: the kind has parts (qkv, gate_up), so each option also ran unfused."""
+    chosen_sum = sum(at_batch_s.values())
+    option_s = {}
+    for k, kernel in enumerate(("F.linear", "W @ x.T", "oneDNN packed")):
+        option_s[kernel] = chosen_sum if kernel == chosen else chosen_sum * (1.5 + k / 10)
+        if fused:
+            option_s[f"{kernel}, unfused"] = chosen_sum * (2 + k / 10)
+    return LinearChoice(chosen, option_s, at_batch_s)
+
+
+def hand_result(with_vllm: bool = True) -> OwnEngine:
+    """Task 9 on the hand workload (cap 2), every field filled. Continuous 66.16 tok/s, static
+    40.0, vLLM 50.66: 1.654x static, 1.306x vLLM. The decode step at batch 2: matmuls 80 ms in the
+    engine, the same kernels 76.5 ms timed alone at load (12 + 6 + 31 + 15.5 + 12), the kernel
+    floor through F.linear 72 ms."""
+    policies = {"static": hand_policy("static", 40.0, 9, 2),
+                "static no-pad": hand_policy("static no-pad", 44.0, 9, 2),
+                "continuous": hand_policy("continuous", 66.16, 8, 2)}
+    vllm = (VllmRun(11 / 50.66, 11, 50.66, 2,
+                    VllmSettings(128, settings.KV_CACHE_BYTES, 16, True, "float32", 2), 16, 364)
+            if with_vllm else None)
+    cont_over_static, engine_over_vllm = ratios(policies, vllm)
+    return OwnEngine(
+        header=HEADER,
+        settings=RunSettings(4, 8, 0, 2, 16, settings.KV_CACHE_BYTES, 128, "both",
+                             settings.TEMPERATURE),
+        correctness=Correctness(8, [1, 5, 11, 12, 9, 10, 19, 29], 16, 8, [], 16),
+        workload_num_output_tokens=[8, 1, 1, 1], policies=policies, timelines=dict(HAND),
+        phases={1: hand_phases(0.070, 23), 2: hand_phases(0.080, 5)},
+        machine=MachineBounds(20e9, 538_000_000, 0.0269, "measured now",
+                              {1: 0.065, 2: 0.072}),
+        linear_choices=LinearChoices([1, 2], 0.9, {
+            "qkv": hand_choice("oneDNN packed", {1: 0.010, 2: 0.012}),
+            "o": hand_choice("W @ x.T", {1: 0.005, 2: 0.006}, fused=False),
+            "gate_up": hand_choice("oneDNN packed", {1: 0.028, 2: 0.031}),
+            "down": hand_choice("oneDNN packed", {1: 0.014, 2: 0.0155}, fused=False),
+            "lm_head": hand_choice("oneDNN packed", {1: 0.011, 2: 0.012}, fused=False)}),
+        vllm=vllm, transformers_static=HFRun(0.5, 11, 22.0) if with_vllm else None,
+        continuous_over_static=cont_over_static, engine_over_vllm=engine_over_vllm)
+
+
+# --- the record, saved and read back; the summary's row -----------------------------------------
+def test_the_record_reads_back_whole():
+    hand = hand_result()
+    results.save(task9.SCRIPT, hand)
+    step = steps.by_name()[task9.SCRIPT]
+    assert step.record is task9.RECORD is OwnEngine
+    loaded = step.load()
+    assert loaded == hand
+    assert loaded.phases[2].matmul_s == 0.080 and loaded.linear_choices.layers["o"].chosen_s == {
+        1: 0.005, 2: 0.006}                                    # int keys again, from "1", "2"
+    saved = results.load_raw(task9.SCRIPT, "")
+    assert list(saved["policies"]) == ["static", "static no-pad", "continuous"]
+    assert set(saved["phases"]) == {"1", "2"} and saved["vllm"]["settings"]["max_num_seqs"] == 2
+    # what the summary reads of it (summary.engine_point): the continuous run's figures
+    cont = loaded.policies.get("continuous")
+    assert (cont.num_tokens, cont.num_steps, cont.tokens_per_s, loaded.header.dtype) == (
+        11, 8, 66.16, "float32")
+
+
+def test_without_part_4_nothing_of_it_is_saved():
+    hand = hand_result(with_vllm=False)
+    results.save(task9.SCRIPT, hand)
+    saved = results.load_raw(task9.SCRIPT, "")
+    assert not {"vllm", "transformers_static", "engine_over_vllm"} & set(saved)
+    assert saved["continuous_over_static"] == pytest.approx(1.654)
+    assert steps.by_name()[task9.SCRIPT].load() == hand
+
+
+def test_the_summary_row():
+    assert task9.summary_row(hand_result()) == "8/8 = HF, 1.65x static, 1.31x vLLM"
+    assert task9.summary_row(hand_result(with_vllm=False)) == "8/8 = HF, 1.65x static"
+    hand = hand_result(with_vllm=False)
+    hand.policies = {"static": hand.policies["static"]}
+    hand.continuous_over_static = ratios(hand.policies, None)[0]
+    assert task9.summary_row(hand) == "8/8 = HF"
+
+
+# --- the batching timeline: which slot each row sat in, by hand ---------------------------------
+@pytest.mark.parametrize("label", list(HAND))
+def test_timeline_grid_of_the_hand_workload(label):
+    grid = grid_of(HAND[label])
+    ids, padding = EXPECTED[label]
+    assert grid.ids == ids
+    assert {(slot, step) for slot, row in enumerate(grid.is_padding)
+            for step, flag in enumerate(row) if flag} == padding
+    assert grid.num_steps == {"static": 9, "static no-pad": 9, "continuous": 8}[label]
+    # each request's live cells are exactly the tokens it made: 8, 1, 1, 1
+    live = [seq for row, flags in zip(grid.ids, grid.is_padding)
+            for seq, padded in zip(row, flags) if seq is not None and not padded]
+    assert [live.count(i) for i in range(4)] == [8, 1, 1, 1]
+
+
+def test_a_request_keeps_its_slot_and_a_newcomer_takes_the_lowest_free():
+    # step 0: 0 in slot 0, 1 in slot 1; step 1: 0 has left, 1 stays in slot 1 (not moved to 0);
+    # step 2: 2 arrives and takes slot 0, the lowest free, not slot 2
+    grid = timeline_grid([[0, 1], [1], [1, 2]], [[], [], []], max_batch=3)
+    assert grid.ids == [[0, _, 2], [1, 1, 1], [_, _, _]]
+    # a preempted request that comes back is a newcomer: lowest free slot again
+    grid = timeline_grid([[0, 1], [0], [0, 1]], [[], [], []], max_batch=2)
+    assert grid.ids == [[0, 0, 0], [1, _, 1]]
+    with pytest.raises(ValueError, match="more than the 1 slots"):
+        timeline_grid([[0, 1]], [[]], max_batch=1)
+
+
+@pytest.mark.parametrize("policy, pad, label", [("static", True, "static"),
+                                                ("static", False, "static no-pad"),
+                                                ("continuous", True, "continuous")])
+def test_the_engine_records_the_hand_timeline(tiny_model, policy, pad, label):
+    """The engine's own step records (StepStats.seq_ids / padding_ids), saved as task 9 saves
+    them, are the hand workload's above, row for row."""
+    from transformers import AutoTokenizer
+
+    from mini_engine import EngineConfig, LLMEngine, Llama
+    from mini_engine.engine import eos_token_ids
+
+    eng = LLMEngine(Llama(tiny_model), eos_token_ids(tiny_model), EngineConfig(
+        kv_bytes=settings.KV_CACHE_BYTES, page_size=16, max_batch=2, policy=policy,
+        pad_finished=pad))
+    prompt = AutoTokenizer.from_pretrained(tiny_model)("Hello there")["input_ids"]
+    for n in (8, 1, 1, 1):
+        eng.add_request(prompt, n, min_tokens=n)
+    eng.run()
+    assert timeline_record(eng.steps) == HAND[label]
+
+
+def test_runs_of_a_slot_row():
+    assert runs_of([0, 0, _, 2, 2, 2], [False, True, False, False, False, False]) == [
+        (0, 1, 0, False), (1, 1, 0, True), (2, 1, None, False), (3, 3, 2, False)]
+
+
+# --- the figures: what they plot, a title, labelled axes, a caption -----------------------------
+def bars(ax) -> list[tuple[float, float, float]]:
+    """(slot, first step, steps) of each bar of a timeline panel."""
+    return sorted((p.get_y() + p.get_height() / 2, p.get_x(), p.get_width()) for p in ax.patches)
+
+
+def test_the_figures_have_a_title_labelled_axes_and_a_caption():
+    hand = hand_result()
+    results.save(task9.SCRIPT, hand)          # stamps when and where, as the caption names them
+    assert [suffix for suffix, _ in task9.FIGURES] == ["", "phases"]
+    for suffix, draw in task9.FIGURES:
+        fig = draw(hand)
+        assert fig.get_suptitle(), suffix
+        caption = fig.get_supxlabel()
+        assert caption.startswith("SmolLM2-135M-Instruct, float32  |  ")
+        assert f"{settings.cpu_model_name()}, {settings.num_cores()} cores" in caption
+        assert hand.measured_at[:10] in caption
+        assert all(ax.get_ylabel() for ax in fig.axes), suffix
+        bottom = fig.axes[-1]
+        assert bottom.get_xlabel() or all(t.get_text() for t in bottom.get_xticklabels())
+        figures.plt().close(fig)
+
+
+def test_what_the_timeline_plots():
+    fig = batching_timeline(hand_result())
+    assert fig.get_suptitle() == "Task 9: the batching timeline, 4 requests, batch cap 2"
+    static, nopad, cont = fig.axes
+    assert [ax.get_title(loc="left") for ax in fig.axes] == [
+        "static: 9 steps; 61% of slot-steps made a token",          # 11 / (2 x 9)
+        "static no-pad: 9 steps; 61% of slot-steps made a token",
+        "continuous: 8 steps; 69% of slot-steps made a token"]      # 11 / (2 x 8)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["batch slot"] * 3
+    assert cont.get_xlabel() == "engine step (one forward over the batch)"
+    # slot 0: request 0 for 8 steps; slot 1: 1, 2, 3 one step each
+    assert bars(cont) == [(0, 0, 8), (1, 0, 1), (1, 1, 1), (1, 2, 1)]
+    # static: 1's seven steps as padding (a bar of its own), 2 and 3 at step 8
+    assert bars(static) == [(0, 0, 8), (0, 8, 1), (1, 0, 1), (1, 1, 7), (1, 8, 1)]
+    assert [p.get_hatch() for p in static.patches if p.get_width() == 7] == ["////"]
+    assert bars(nopad) == [(0, 0, 8), (0, 8, 1), (1, 0, 1), (1, 8, 1)]   # slot 1 idle for 7
+    figures.plt().close(fig)
+
+
+def test_what_the_phases_figure_plots():
+    fig = step_phases(hand_result())
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "ms per decode step"
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "engine step\nbatch 1", "kernel\nfloor", "weights\nread",
+        "engine step\nbatch 2", "kernel\nfloor", "weights\nread"]
+    # per batch: the five phases stacked, then the kernel floor and one read of the weights
+    assert [round(p.get_height(), 6) for p in ax.patches] == [
+        70.0, 2.0, 3.0, 1.0, 0.6, 65.0, 26.9, 80.0, 2.0, 3.0, 1.0, 0.6, 72.0, 26.9]
+    assert ax.get_title() == "Weights 538 MB at 20.0 GB/s"
+    figures.plt().close(fig)
+
+
+# --- the report, printed from the record --------------------------------------------------------
+def printed(capsys) -> str:
+    """What was printed, its lines joined (the report wraps at 65 columns)."""
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_the_kernel_sentence_compares_the_same_kernels_then_the_floor():
+    hand = hand_result()
+    assert task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices) == (
+        "At batch 2 its matmuls (W @ x.T / oneDNN packed) took 80.0 ms a step inside the engine "
+        "and 76.5 ms timed alone at load, so the step's other work cost them +3.5 ms; the "
+        "kernel floor through F.linear took 72.0 ms, 8.0 ms less: that is the kernel choice")
+    # a fullest batch the kernels were not timed at (the continuous run never filled the cap):
+    # no figure timed alone, so that half is left out; a floor slower than the step, "more"
+    hand.phases = {1: hand.phases[1], 3: hand_phases(0.050, 4)}
+    hand.machine.kernel_floor_s[3] = 0.0625
+    assert task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices) == (
+        "At batch 3 its matmuls (W @ x.T / oneDNN packed) took 50.0 ms a step inside the "
+        "engine; the kernel floor through F.linear took 62.5 ms, 12.5 ms more: that is the "
+        "kernel choice")
+
+
+def test_the_step_limit_is_chosen_from_the_phases():
+    hand = hand_result()
+    # batch 2: 86.6 ms, matmuls 80 of it (92%), 80 / 26.9 = 3.0x one read of the weights
+    assert task_9_profile.step_limit(hand.phases, hand.machine) == (
+        "At batch 2 a decode step took 87 ms, 92% of it the matmul library: 3.0x one read of "
+        "the weights, so the kernels on these skinny shapes, more than memory, set the pace")
+    hand.machine.weight_read_s = 0.060    # 80 / 60 = 1.3x: memory sets the pace
+    assert task_9_profile.step_limit(hand.phases, hand.machine).endswith(
+        ": 1.3x one read of the weights, so memory bandwidth sets the pace")
+    hand.phases[2] = Phases(0.001, 0.050, 0.003, 0.001, 0.0006, 0.0556, 5)   # 50 of 55.6 ms
+    assert task_9_profile.step_limit(hand.phases, hand.machine) == (
+        "At batch 2 a decode step took 56 ms, 90% of it attention")
+
+
+def test_the_report_prints_every_part_from_the_record(capsys):
+    task_9_report.print_report(hand_result())
+    out = printed(capsys)
+    for part in ("1. CORRECT: 8 prompts vs transformers (greedy, fp32)",
+                 "2. STATIC vs CONTINUOUS BATCHING (4 requests)",
+                 "3. WHERE THE STEP TIME GOES (decode steps, ms)",
+                 "4. AGAINST THE REAL THING (same workload, same cap)", "KEY INSIGHT:"):
+        assert part in out
+    assert out.index("1. CORRECT") < out.index("2. STATIC") < out.index("3. WHERE") \
+        < out.index("4. AGAINST") < out.index("KEY INSIGHT")
+    assert "Identical to transformers: 8/8 (every token, in 16 engine steps)" in out
+    assert "Output lengths (tokens): mean 2.8, min 1, max 8 (exponential, seed 0)" in out
+    assert "Continuous / static: 1.65x tokens/s" in out
+    assert "contiguous = rows x 8 pages (128 tokens)" in out
+    assert "Weights 538 MB at 20.0 GB/s (measured now)" in out
+    assert "at batch 1 + 2 (0.9 s in all)" in out
+    # qkv: oneDNN packed, fused, 22 ms (10 + 12); apart, the fastest is F.linear's 2 x 22 = 44
+    assert "Best of each: q, k, v fused (22.0 fused vs 44.0 ms apart)" in out
+    assert "This engine / vLLM: 1.31x" in out
+    assert "vLLM ran: block size 16, 364 blocks, max_num_seqs 2, 2 threads" in out
+    assert ("Continuous batching made 1.65x static's tokens/s: static kept 39% of its "
+            "slot-steps idle or padding, continuous 31%") in out
+    assert ("Of that, 1.10x came from not computing finished rows and 1.50x from refilling "
+            "their slots at the next step") in out
+    assert "Paging held at most 2 pages where reserving max_model_len per running request " \
+        "would have held 16" in out
+    assert "This engine ran at 1.31x vLLM's tokens/s on the same workload" in out
+    assert "76.5 ms timed alone at load" in out
+
+
+def test_without_part_4_or_with_a_token_that_differs(capsys):
+    hand = hand_result(with_vllm=False)
+    hand.correctness.num_identical = 7
+    hand.correctness.mismatches = [Mismatch(3, 5, 1234, 4321, 1.5e-3)]
+    task_9_report.print_report(hand)
+    out = printed(capsys)
+    assert "AGAINST THE REAL THING" not in out and "vLLM" not in out
+    assert ("DIFFERS: request 3 at new token 5: engine 1234, transformers 4321; top-2 logit "
+            "margin there 1.50e-03") in out
+    assert ("7/8 prompts token-identical to transformers - the differing ones are listed above "
+            "with their logit margin") in out

@@ -1,0 +1,134 @@
+"""Tasks 6 and 7 without a server: their records saved and read back whole, the summary's rows,
+and what their figures plot, on results typed in by hand (the matrix, never the pixels). The
+runs against a real server are in tests/test_server_tasks.py (task 6) and tests/test_lab.py
+(task 7's restarts); the KEY INSIGHT lines in tests/test_reports.py."""
+from __future__ import annotations
+
+import pytest
+
+import task_6_multi_user_load as task6
+import task_7_tuning as task7
+from common import figures, results, settings, steps
+from common.load import LoadLevel
+
+HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")
+
+
+def hand_level(num_users: int, duration_s: float) -> LoadLevel:
+    """num_users requests of 50 tokens in duration_s; latencies from it (p95: the whole level)."""
+    return LoadLevel(num_users, num_users, duration_s, 50 * num_users,
+                     round(50 * num_users / duration_s, 2), mean_latency_s=duration_s * 0.9,
+                     p50_latency_s=duration_s * 0.9, p95_latency_s=duration_s,
+                     mean_ttft_s=0.1 * num_users, mean_tpot_s=duration_s / 50)
+
+
+def hand_load() -> task6.MultiUserLoad:
+    """1, 5, 10 and 20 users; the 20 one after another took 76 s."""
+    users = [1, 5, 10, 20]
+    return task6.MultiUserLoad(
+        header=HEADER, base_url="http://127.0.0.1:8000", server_state="reused",
+        users_per_level=users, max_tokens=50, temperature=settings.TEMPERATURE,
+        levels=[hand_level(u, d) for u, d in zip(users, (3.8, 7.0, 9.0, 12.5))],
+        scaling_factor=4.2, server_config="max_model_len=128, max_num_seqs=256",
+        sequential=LoadLevel(20, 20, 76.0, 1000, 1000 / 76.0, is_concurrent=False))
+
+
+def hand_tuning() -> task7.Tuning:
+    """A, B and C: 10 requests each; C capped at 8 running, 2 waited."""
+    runs = []
+    for config, tok_s, latency_s, running, waiting in zip(
+            task7.CONFIGS, (72.0, 74.0, 60.0), (6.9, 6.7, 8.3), (10, 10, 8), (0, 0, 2)):
+        level = LoadLevel(10, 10, 500 / tok_s, 500, tok_s, mean_latency_s=latency_s,
+                          p50_latency_s=latency_s, p95_latency_s=latency_s * 1.1)
+        runs.append(task7.ConfigRun(config, "restarted", 22.0, level, 30.0, 22, 16,
+                                    running, waiting, 12))
+    return task7.Tuning(header=HEADER, num_requests=10, max_tokens=50,
+                        kv_cache_memory_bytes=settings.KV_CACHE_BYTES, configs=runs)
+
+
+def save_hand_results() -> tuple[task6.MultiUserLoad, task7.Tuning]:
+    """Both saved (stamped with when and where), as the scripts save them; tests/test_figures.py
+    draws the report page from them too."""
+    six, seven = hand_load(), hand_tuning()
+    results.save(task6.SCRIPT, six)
+    results.save(task7.SCRIPT, seven)
+    return six, seven
+
+
+def test_the_records_read_back_whole():
+    six, seven = save_hand_results()
+    by_name = steps.by_name()
+    assert by_name[task6.SCRIPT].record is task6.MultiUserLoad
+    assert by_name[task7.SCRIPT].record is task7.Tuning
+    assert by_name[task6.SCRIPT].load() == six and by_name[task7.SCRIPT].load() == seven
+    # nothing of a level's raw requests is saved; what was not measured is left out
+    saved = results.load_raw(task6.SCRIPT, "")
+    assert set(saved["levels"][0]) == {
+        "num_users", "num_ok", "duration_s", "num_output_tokens", "tokens_per_s",
+        "mean_latency_s", "p50_latency_s", "p95_latency_s", "mean_ttft_s", "mean_tpot_s",
+        "errors", "is_concurrent"}
+    assert saved["sequential"]["is_concurrent"] is False
+    assert results.load_raw(task7.SCRIPT, "")["configs"][2]["config"] == {
+        "label": "C: Limited Concurrency", "max_model_len": 64, "max_num_seqs": 8}
+
+
+def test_the_summary_rows():
+    six, seven = hand_load(), hand_tuning()
+    assert task6.summary_row(six) == "20 users 80.0 tok/s (4.2x)"
+    six.levels = [LoadLevel(1, 0, 1.0, 0, 0.0, errors=["boom"])]
+    assert task6.summary_row(six) == "no level made a token"
+    assert task7.summary_row(seven) == "A 72.0 / B 74.0 / C 60.0 tok/s"
+
+
+def test_what_the_load_and_tuning_figures_plot():
+    six, seven = save_hand_results()
+    fig = task6.draw_load_levels(six)
+    tps, lat, seq = fig.axes
+    assert list(tps.lines[0].get_xdata()) == [1, 5, 10, 20]
+    assert list(tps.lines[0].get_ydata()) == [13.16, 35.71, 55.56, 80.0]   # 50 x users / s
+    assert [line.get_label() for line in lat.lines] == ["p50 latency", "p95 latency",
+                                                        "mean time to first token"]
+    assert list(lat.lines[1].get_ydata()) == [3.8, 7.0, 9.0, 12.5]          # p95
+    assert [b.get_height() for b in seq.patches] == [76.0, 12.5]           # one by one, together
+    figures.plt().close(fig)
+    fig = task7.draw_tuning(seven)
+    tps, lat, peak = fig.axes
+    assert [b.get_height() for b in tps.patches] == [72.0, 74.0, 60.0]
+    assert [b.get_height() for b in lat.patches] == pytest.approx(   # mean, p50, p95
+        [6.9, 6.7, 8.3, 6.9, 6.7, 8.3, 6.9 * 1.1, 6.7 * 1.1, 8.3 * 1.1])
+    assert [b.get_height() for b in peak.patches] == [10, 10, 8, 0, 0, 2]   # running, waiting
+    figures.plt().close(fig)
+
+
+def test_a_level_no_request_of_which_succeeded_is_left_out_and_no_sequential_says_so():
+    six = hand_load()
+    six.levels[1] = LoadLevel(5, 0, 1.0, 0, 0.0, errors=["boom"])
+    six.sequential = None
+    fig = task6.draw_load_levels(six)
+    tps, lat, seq = fig.axes
+    assert list(tps.lines[0].get_xdata()) == [1, 10, 20]
+    assert len(seq.patches) == 0 and "--no-sequential" in seq.texts[0].get_text()
+    figures.plt().close(fig)
+
+
+@pytest.mark.parametrize("name", [task6.SCRIPT, task7.SCRIPT])
+def test_the_figures_have_a_title_axes_with_units_and_a_caption(name):
+    save_hand_results()
+    step = steps.by_name()[name]
+    res = step.load()
+    assert [suffix for suffix, _ in step.figures] == [""]
+    for _, draw in step.figures:
+        fig = draw(res)
+        assert fig.get_suptitle()
+        caption = fig.get_supxlabel()
+        assert "float32" in caption and "cores" in caption, caption
+        assert res.measured_at[:10] in caption and settings.cpu_model_name() in caption
+        for ax in fig.axes:
+            # an axes that plots something names what it plots: an x or a y label with text
+            if ax.axison and ax.has_data():
+                assert [label for label in (ax.get_xlabel(), ax.get_ylabel()) if label.strip()], \
+                    (name, ax.get_title(), "no x or y label")
+        figures.plt().close(fig)
+    drawn = figures.draw(name, res, step.figures)
+    assert [(path.name, why) for path, why in drawn] == [(f"{name}.png", None)]
+    assert drawn[0][0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

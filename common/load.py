@@ -26,11 +26,21 @@ class RequestResult:
     ttft_s: float = 0.0
     latency_s: float = 0.0
     error: str = ""
+    start_s: float = 0.0          # time.perf_counter() when the request was sent
+    # when each streamed chunk came, in seconds after start_s: vLLM streams a chunk a request a
+    # step (its text may be empty while the detokenizer waits for the rest of a character)
+    token_times_s: list[float] = field(default_factory=list)
 
     @property
     def tpot_s(self) -> float:
         """Time per output token after the first (vLLM's TPOT)."""
         return (self.latency_s - self.ttft_s) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
+
+    @property
+    def itl_s(self) -> list[float]:
+        """The gaps between streamed chunks (vLLM's inter-token latency, ITL)."""
+        times = self.token_times_s
+        return [b - a for a, b in zip(times, times[1:])]
 
 
 def completion_payload(model: str, prompt: str, max_tokens: int, stream: bool) -> dict:
@@ -48,6 +58,7 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
     start = time.perf_counter()
     ttft = None
     usage = {}
+    times: list[float] = []
     try:
         async with session.post(f"{base_url}/v1/completions",
                                 json=completion_payload(model, prompt, max_tokens, True)) as resp:
@@ -57,7 +68,8 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
                     message = json.loads(body).get("error", {}).get("message", body)
                 except ValueError:
                     message = body
-                return RequestResult(False, error=f"HTTP {resp.status}: {str(message)[:200]}")
+                return RequestResult(False, error=f"HTTP {resp.status}: {str(message)[:200]}",
+                                     start_s=start)
             async for raw in resp.content:
                 line = raw.strip()
                 if not line.startswith(b"data:"):
@@ -69,13 +81,16 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices") or []
-                if ttft is None and choices and choices[0].get("text"):
-                    ttft = time.perf_counter() - start
+                if choices:   # one chunk a step, as vllm bench serve counts them for its ITL
+                    times.append(time.perf_counter() - start)
+                    if ttft is None and choices[0].get("text"):
+                        ttft = times[-1]
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
         return RequestResult(False, error=f"{type(e).__name__}: {e}"[:200])
     latency = time.perf_counter() - start
     return RequestResult(True, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0),
-                         ttft if ttft is not None else latency, latency)
+                         ttft if ttft is not None else latency, latency, start_s=start,
+                         token_times_s=times)
 
 
 def percentile(values: list[float], pct: float) -> float:

@@ -47,6 +47,9 @@ class ServerConfig:
     port: int = settings.SERVER_PORT
     block_size: int = settings.BLOCK_SIZE
     enable_prefix_caching: bool = True       # vLLM's default; task 10 turns it off to compare
+    # any other engine arguments a task sets, as vLLM's flags and values in order, e.g.
+    # ("--max-num-batched-tokens", "128"): the lab starts and compares servers by them too
+    engine_args: tuple[str, ...] = ()
     # environment on top of settings.ENGINE_ENV, e.g. the knobs benchmarks/server_configs.py tries
     env: dict = field(default_factory=dict, hash=False)
 
@@ -67,7 +70,8 @@ class ServerConfig:
                 "--max-num-seqs", str(self.max_num_seqs), "--block-size", str(self.block_size),
                 "--kv-cache-memory-bytes", str(self.kv_cache_bytes), "--enforce-eager",
                 "--seed", str(settings.SEED)] + \
-            ([] if self.enable_prefix_caching else ["--no-enable-prefix-caching"])
+            ([] if self.enable_prefix_caching else ["--no-enable-prefix-caching"]) + \
+            list(self.engine_args)
 
     def describe(self) -> str:
         where = "the engine core" if self.is_worker_in_process else "its own process"
@@ -76,9 +80,11 @@ class ServerConfig:
         extra = "".join(f", {k}={v}" for k, v in self.env.items()
                         if k != "VLLM_ENABLE_V1_MULTIPROCESSING")
         caching = "" if self.enable_prefix_caching else ", enable_prefix_caching=False"
+        args = "".join(f" {a}" for a in self.engine_args)
         return (f"max_model_len={self.max_model_len}, max_num_seqs={self.max_num_seqs}, "
                 f"block_size={self.block_size}, kv_cache_memory_bytes={self.kv_cache_bytes}, "
-                f"dtype={self.dtype}, enforce_eager=True{caching}, {mode}{extra}")
+                f"dtype={self.dtype}, enforce_eager=True{caching}{args and ','}{args}, "
+                f"{mode}{extra}")
 
 
 @dataclass
@@ -186,7 +192,9 @@ def running_config(port: int) -> ServerConfig | None:
     """The config of the lab server running on this port, or None."""
     state = _read_state(port)
     if state and _is_lab_server(state["pid"], port):
-        return ServerConfig(**state["config"])
+        # JSON has lists where the config has tuples
+        return ServerConfig(**state["config"] | {"engine_args": tuple(
+            state["config"].get("engine_args", ()))})
     return None
 
 

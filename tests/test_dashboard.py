@@ -218,6 +218,12 @@ def test_once_prints_and_saves_a_snapshot(slow_server):
     port = slow_server
     level = load.run_level(f"http://127.0.0.1:{port}", "tiny", load.user_prompts(3), 7)
     assert level.num_output_tokens == 21
+    # every streamed chunk's arrival, in order (task 11's inter-token latency reads them): 7
+    # tokens, one chunk a step, so 6 gaps; the TTFT is the first chunk with text
+    for req in level.requests:
+        assert len(req.token_times_s) == 7 and req.ttft_s in req.token_times_s
+        assert req.token_times_s == sorted(req.token_times_s) and len(req.itl_s) == 6
+        assert req.start_s > 0 and req.token_times_s[-1] <= req.latency_s
     proc = run_script("task_8_dashboard.py", "--once", "--server-port", str(port))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_fits(proc.stdout)

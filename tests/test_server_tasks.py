@@ -207,3 +207,25 @@ def test_bad_server_input_is_one_line(script, args, message):
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_engine_args_reach_the_command_the_description_and_the_reuse_check(tmp_path, monkeypatch):
+    """A task's own engine flags (task 11's budget) start the server with them, show in what the
+    report prints, and survive the state file, so a server with other flags is not reused."""
+    config = server.ServerConfig("/m", "m", "float32", port=8321,
+                                 engine_args=("--max-num-batched-tokens", "128",
+                                              "--no-enable-chunked-prefill"))
+    assert config.command()[-3:] == ["--max-num-batched-tokens", "128",
+                                     "--no-enable-chunked-prefill"]
+    assert ("enforce_eager=True, --max-num-batched-tokens 128 --no-enable-chunked-prefill, "
+            "VLLM_ENABLE_V1_MULTIPROCESSING") in config.describe()
+    assert "--max" not in server.ServerConfig("/m", "m", "float32").describe()
+    monkeypatch.setenv("LAB_SERVER_DIR", str(tmp_path))
+    import dataclasses
+    import json
+
+    (tmp_path / "server-8321.json").write_text(json.dumps(
+        {"pid": os.getpid(), "config": dataclasses.asdict(config)}))
+    monkeypatch.setattr(server, "_is_lab_server", lambda pid, port: True)
+    assert server.running_config(8321) == config
+    assert server.running_config(8321) != dataclasses.replace(config, engine_args=())

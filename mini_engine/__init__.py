@@ -9,7 +9,8 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
     config.py         EngineConfig: every setting of the engine, checked when it is made
     sequence.py       a request: its tokens, its page table, its state and its clock
     block_manager.py  pages of the KV cache handed to requests, shared by equal prefixes
-    scheduler.py      who runs this step: continuous or static batching, preemption
+    scheduler.py      who runs this step, and how many tokens each: one token budget a step,
+                      prompts cut into chunks, continuous or static batching, preemption
     model.py          the Llama forward of SmolLM, its KV cache one paged pool per layer
     linear.py         how its linear layers are handed to the matmul library, measured here
     sampler.py        the next token: greedy, or temperature with a seeded generator

@@ -11,11 +11,13 @@ Prefix caching (vLLM's block_pool.py / kv_cache_utils.py, nano-vllm's names):
 - at admission a sequence takes the longest run of cached full pages that matches its tokens and
   computes only the rest. Its last token is always computed (its logits pick the next token), so
   at most (n - 1) // page_size pages can hit: a prompt of exactly k pages hits k - 1 at most;
-- a prompt's full pages are registered when it is admitted (vLLM does the same when it schedules
-  them): a second request admitted in the same step then hits them, and reads their K/V in the
-  same forward, after the first request's rows have written it (each layer writes every row's
-  K/V before any row attends). Pages that fill up later (generated tokens) are registered once
-  their K/V is computed;
+- a page is registered in the step that computes its last token, when that step is scheduled
+  (vLLM registers blocks when it schedules them): a request admitted later in the same step then
+  hits it, and reads its K/V in the same forward, after the first request's rows have written it
+  (each layer writes every row's K/V before any row attends). A page of a later chunk is not
+  registered before its chunk's step (a request that hit it then would read K/V not yet
+  written): admission registers the pages full within the cached prefix and the first chunk, the
+  scheduler the rest as their chunks and decodes are scheduled;
 - a sequence that finishes or is preempted drops its references, tail pages first; a page whose
   count reaches zero keeps its hash and joins the free queue at the back, in LRU order. It is
   evicted (its hash forgotten) only when the queue hands it out again;
@@ -118,16 +120,20 @@ class BlockManager:
             hits.append(block_id)
         return hits
 
-    def can_admit(self, seq: Sequence) -> bool:
-        """Room for seq's tokens: its cache hits cost a free page only if nobody holds them."""
+    def can_admit(self, seq: Sequence, num_tokens: int | None = None) -> bool:
+        """Room for seq's first num_tokens tokens (all of them if None): its cache hits cost a
+        free page only if nobody holds them."""
         hits = self.cached_prefix(seq)
-        num_new = cdiv(seq.num_tokens, self.page_size) - len(hits)
+        num_tokens = seq.num_tokens if num_tokens is None else num_tokens
+        num_new = cdiv(num_tokens, self.page_size) - len(hits)
         num_revived = sum(self.blocks[b].ref_count == 0 for b in hits)
         return num_new + num_revived <= self.num_free
 
-    def admit(self, seq: Sequence) -> None:
-        """Give seq its page table: the cached prefix shared, new pages for the rest. Its K/V is
-        then in the pool up to the prefix (seq.num_cached); its full prompt pages are registered."""
+    def admit(self, seq: Sequence, num_tokens: int | None = None) -> None:
+        """Give seq its page table for its first num_tokens tokens (all of them if None: the
+        cached prefix and the first chunk): the cached prefix shared, new pages for the rest. Its
+        K/V is then in the pool up to the prefix (seq.num_cached); the pages full within
+        num_tokens are registered (this step computes them)."""
         hits = self.cached_prefix(seq)
         for block_id in hits:
             block = self.blocks[block_id]
@@ -139,8 +145,9 @@ class BlockManager:
         seq.num_cached_at_admission = seq.num_cached
         self.num_query_tokens += seq.num_tokens
         self.num_hit_tokens += seq.num_cached
-        self.allocate(seq, seq.num_tokens)
-        self.register_full_pages(seq, seq.num_tokens)
+        num_tokens = seq.num_tokens if num_tokens is None else num_tokens
+        self.allocate(seq, num_tokens)
+        self.register_full_pages(seq, num_tokens)
 
     # --- registering and freeing ---------------------------------------------------------------
     def register_full_pages(self, seq: Sequence, num_tokens: int) -> None:
@@ -172,7 +179,10 @@ class BlockManager:
 
     # --- hashes --------------------------------------------------------------------------------
     def _page_tokens(self, seq: Sequence, i: int) -> tuple:
-        return tuple(seq.token_ids[i * self.page_size:(i + 1) * self.page_size])
+        start, end = i * self.page_size, (i + 1) * self.page_size
+        if end <= len(seq.prompt_ids):       # a prompt's page: no copy of the whole token list
+            return tuple(seq.prompt_ids[start:end])
+        return tuple(seq.token_ids[start:end])
 
     def _seq_page_hash(self, seq: Sequence, i: int) -> bytes:
         """Hash of seq's i-th full page, chained from its first page (kept on the sequence: the

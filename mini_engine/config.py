@@ -18,10 +18,13 @@ class EngineConfig:
     pad_finished: bool = True           # static: a finished request stays in its batch as padding
     seed: int = 0                       # of the sampler's generator (temperature > 0)
     enable_prefix_caching: bool = False # share the KV pages of equal prompt prefixes (task 10)
+    # task 11: the token budget of one step (mini_engine/scheduler.py spends it). 4096 is vLLM's
+    # offline default; tasks 9 and 10 never reach it (128 tokens x 16 rows = 2,048).
+    max_num_batched_tokens: int = 4096
+    enable_chunked_prefill: bool = True # cut a prompt into chunks across steps (vLLM's default);
+                                        # off: a prompt waits until its whole remainder fits
     # Room for what the next tasks add, each a field here with its check below:
-    # task 11, chunked prefill: max_num_batched_tokens (the token budget of one step) and
-    #   enable_chunked_prefill; task 12, speculative decoding: the proposer's settings
-    #   (e.g. num_speculative_tokens).
+    # task 12, speculative decoding: the proposer's settings (e.g. num_speculative_tokens).
 
     def __post_init__(self):
         for f in fields(self):
@@ -34,6 +37,19 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be at least 1, not "
                                  f"{getattr(self, name)}")
+        # every running request takes at least one token a step (a decode, or a padding row):
+        # a budget below the cap could not give each one its token (vLLM refuses it too)
+        if self.max_num_batched_tokens < self.max_batch:
+            raise ValueError(f"EngineConfig.max_num_batched_tokens ({self.max_num_batched_tokens})"
+                             f" is smaller than max_batch ({self.max_batch}): a step could not "
+                             "give every running request its one token")
+        # without chunks a prompt is computed in one step: one of max_model_len must fit
+        # (vLLM's rule for --no-enable-chunked-prefill)
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(f"EngineConfig.max_num_batched_tokens ({self.max_num_batched_tokens})"
+                             f" is smaller than max_model_len ({self.max_model_len}) with "
+                             "enable_chunked_prefill off: a prompt that long could never be "
+                             "scheduled")
         if self.policy not in POLICIES:
             raise ValueError(f"EngineConfig.policy {self.policy!r} is not one of "
                              f"{', '.join(POLICIES)}")

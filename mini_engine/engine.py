@@ -1,6 +1,7 @@
 """The engine: add_request, step, run. A step is nano-vllm's three moves: schedule (who runs this
-step, their pages), run the model (one forward over every scheduled request's new tokens, then
-each one's next token sampled), postprocess (each token handed to its request; the finished ones
+step, how many of their tokens within the step's token budget, their pages), run the model (one
+forward over every scheduled request's tokens, then the next token of each request whose last
+known token was computed), postprocess (each token handed to its request; the finished ones
 leave).
 
 Its KV budget is given in bytes, as vLLM's kv_cache_memory_bytes, and cut into whole pages of
@@ -32,13 +33,17 @@ from mini_engine.sequence import Sequence
 @dataclass
 class StepStats:
     num_rows: int           # requests computed this step (padding rows included)
-    num_live: int           # requests whose token was kept
-    num_tokens: int         # tokens computed (prefill and decode)
+    num_live: int           # of them, live requests (not padding): each kept what it computed
+    num_tokens: int         # tokens computed: num_prefill_tokens + num_decode_tokens
     num_pages_used: int
     seconds: float
     seq_ids: tuple = ()     # the request of each row computed this step, in batch order
     padding_ids: tuple = () # those of them that were padding rows (finished, output thrown away)
     phases: dict = field(default_factory=dict)   # phase -> seconds (profiler.PHASES), if profiled
+    num_prefill_tokens: int = 0   # prompt tokens (chunks, and preempted requests' recompute)
+    num_decode_tokens: int = 0    # one a decoding request; padding rows count here (one each)
+    end_s: float = 0.0            # time.perf_counter() at the end of the step
+    num_scheduled_tokens: tuple = ()   # tokens of each row, in batch order (seq_ids')
 
 
 def eos_token_ids(folder: str) -> list[int]:
@@ -97,45 +102,62 @@ class LLMEngine:
         stats = self.stats_of(seqs, num_tokens)       # as scheduled, before the finished leave
         finished = self.postprocess(seqs, token_ids)
         phases = self.profiler.end_step()
-        self.steps.append(replace(stats, seconds=time.perf_counter() - start, phases=phases))
+        end = time.perf_counter()
+        self.steps.append(replace(stats, seconds=end - start, phases=phases, end_s=end))
         return finished
 
     def schedule(self) -> list[Sequence]:
-        """The rows of this step (live and padding), their pages allocated."""
+        """The rows of this step (live and padding), each with its num_scheduled_tokens, their
+        pages allocated."""
         seqs = self.scheduler.schedule()
         if all(s.is_padding for s in seqs):   # a step that keeps no token only repeats itself
             raise RuntimeError(self._stuck_message(seqs))
         return seqs
 
-    def run_model(self, seqs: list[Sequence]) -> tuple[int, list[int]]:
-        """One forward over every row's new tokens, then each row's next token: (tokens
-        computed, one token id per row). A live request computes its tokens not yet cached (all
-        of them after admission or preemption, else the last one); a padding row recomputes its
-        last cached token, writing its K/V into the scratch slot."""
-        chunks = [RequestChunk(s.token_ids[s.num_cached - 1:s.num_cached], s.num_cached - 1,
-                               s.page_table, self.scratch_slot) if s.is_padding else
-                  RequestChunk(s.token_ids[s.num_cached:], s.num_cached, s.page_table)
-                  for s in seqs]
+    def run_model(self, seqs: list[Sequence]) -> tuple[int, list[int | None]]:
+        """One forward over every row's tokens, then the next token of each row that makes one:
+        (tokens computed, a token id or None per row). A live request computes its next
+        num_scheduled_tokens (all its tokens after admission or preemption when they fit the
+        budget, a chunk of them when not, else the last one); it makes a token only if they
+        reach its last known token (the logits of an earlier chunk's last row are not even
+        computed). A padding row recomputes its last cached token, writing its K/V into the
+        scratch slot; it is sampled like a decode (its token thrown away), so that a seeded
+        sampler draws as it did before the token budget existed."""
+        chunks, is_sampled = [], []
+        for s in seqs:
+            if s.is_padding:
+                chunks.append(RequestChunk(s.token_ids[s.num_cached - 1:s.num_cached],
+                                           s.num_cached - 1, s.page_table, self.scratch_slot))
+                is_sampled.append(True)
+            else:
+                end = s.num_cached + s.num_scheduled_tokens
+                is_sampled.append(end == s.num_tokens)
+                chunks.append(RequestChunk(s.token_ids[s.num_cached:end], s.num_cached,
+                                           s.page_table, is_sampled=is_sampled[-1]))
         batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
                            self.model.dtype)
-        logits = self.model.forward(batch, self.profiler)
+        logits = self.model.forward(batch, self.profiler)          # (rows sampled, V)
         self.profiler.mark("forwarded")
-        token_ids = self.sampler(logits, [s.temperature for s in seqs],
-                                 [len(s.output_ids) >= s.min_tokens for s in seqs])
+        sampled = [s for s, yes in zip(seqs, is_sampled) if yes]
+        new_ids = iter(self.sampler(logits, [s.temperature for s in sampled],
+                                    [len(s.output_ids) >= s.min_tokens for s in sampled]))
         self.profiler.mark("sampled")
-        return batch.num_rows, token_ids
+        return batch.num_rows, [next(new_ids) if yes else None for yes in is_sampled]
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int]) -> list[Sequence]:
-        """Each live row's token to its request (a padding row's is thrown away); the requests
-        that made their last token finish and leave (or stay as padding)."""
+    def postprocess(self, seqs: list[Sequence], token_ids: list[int | None]) -> list[Sequence]:
+        """Each live row's computed tokens counted in its pool, and its token, if it made one,
+        handed to it (a padding row's is thrown away); the requests that made their last token
+        finish and leave (or stay as padding)."""
         now = time.perf_counter()
         finished = []
         for seq, token_id in zip(seqs, token_ids):
             if seq.is_padding:
                 continue
-            seq.num_cached = seq.num_tokens
-            self.block_manager.register_full_pages(seq, seq.num_cached)   # pages now full
+            seq.num_cached += seq.num_scheduled_tokens
+            if token_id is None:             # a chunk of its prefill: no token yet
+                continue
             seq.output_ids.append(token_id)
+            seq.token_times_s.append(now)
             if seq.first_token_s is None:
                 seq.first_token_s = now
             if (len(seq.output_ids) >= seq.max_tokens
@@ -149,12 +171,16 @@ class LLMEngine:
 
     def stats_of(self, seqs: list[Sequence], num_tokens: int) -> StepStats:
         """The step's record as scheduled: a request that finishes in this step made its token
-        here (so it is not padding yet), and its pages are still held."""
+        here (so it is not padding yet), and its pages are still held. Padding rows count among
+        the decode tokens (one each, as the budget counts them)."""
         padding_ids = tuple(s.seq_id for s in seqs if s.is_padding)
+        num_decode = sum(s.num_scheduled_tokens for s in seqs if s.is_padding or s.is_decoding)
         return StepStats(num_rows=len(seqs), num_live=len(seqs) - len(padding_ids),
                          num_tokens=num_tokens, num_pages_used=self.block_manager.num_used,
                          seconds=0.0, seq_ids=tuple(s.seq_id for s in seqs),
-                         padding_ids=padding_ids)
+                         padding_ids=padding_ids, num_prefill_tokens=num_tokens - num_decode,
+                         num_decode_tokens=num_decode,
+                         num_scheduled_tokens=tuple(s.num_scheduled_tokens for s in seqs))
 
     def _stuck_message(self, seqs: list[Sequence]) -> str:
         sched, pages = self.scheduler, self.block_manager

@@ -1,4 +1,11 @@
-"""A request as the engine sees it (nano-vllm's Sequence, vLLM's Request)."""
+"""A request as the engine sees it (nano-vllm's Sequence, vLLM's Request).
+
+There is no prefill phase and no decode phase, only tokens known (num_tokens: the prompt and
+what was generated) against tokens whose K/V is computed (num_cached), as vLLM V1 frames it. A
+step computes the next num_scheduled_tokens of them; when that reaches the last known token,
+its logits make the next token. A request "decodes" when one token is left to compute, the one
+it just made; before that it is in its prefill (a prompt, or a preempted request's prompt and
+output computed again), possibly cut into chunks across steps."""
 from __future__ import annotations
 
 import enum
@@ -23,6 +30,7 @@ class Sequence:
     page_table: list[int] = field(default_factory=list)   # logical page i -> physical page id
     num_cached: int = 0           # tokens whose K and V are in the pool
     num_cached_at_admission: int = 0   # of them, found in the prefix cache when last admitted
+    num_scheduled_tokens: int = 0 # tokens this step computes: token_ids[num_cached:num_cached + n]
     page_hashes: list = field(default_factory=list)   # prefix hash of each full page, chained
     num_registered: int = 0       # full pages put in the prefix cache so far
     state: State = State.WAITING
@@ -30,6 +38,7 @@ class Sequence:
     num_preemptions: int = 0
     arrival_s: float = 0.0
     first_token_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)   # perf_counter at each output token
     finish_s: float | None = None
 
     @property
@@ -39,6 +48,17 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_new_tokens(self) -> int:
+        """Tokens known but not computed yet (vLLM's num_tokens - num_computed_tokens)."""
+        return self.num_tokens - self.num_cached
+
+    @property
+    def is_decoding(self) -> bool:
+        """One token left to compute, and it is one this request generated to go on from (a
+        padding row's request is done: it is no decode)."""
+        return not self.is_padding and bool(self.output_ids) and self.num_new_tokens == 1
 
     @property
     def is_finished(self) -> bool:

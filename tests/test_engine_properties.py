@@ -4,7 +4,9 @@ One example per path is not enough for a scheduler: a static batch left holding 
 once looped for ever under a tight pool, and the example tests had preempted only under the
 continuous policy. So the invariants are stated here and hypothesis draws the cases: workloads
 (prompt and output lengths, EOS held off or allowed), KV budgets from exactly one request's pages
-up to plenty, page sizes, batch caps, both policies, padding on and off. On the tiny random model
+up to plenty, page sizes, batch caps, both policies, padding on and off, and the step's token
+budget (issue 23) from the least the config allows (the cap with chunking, so 1 at a cap of 1;
+max_model_len without) up to one that never binds, chunking on and off. On the tiny random model
 the tests build (2 layers), each case takes milliseconds. Counts, pages and tokens are asserted,
 never times.
 
@@ -15,12 +17,21 @@ Invariants, checked at every step:
   not running holds none;
 - nothing is preempted while the pool has room for what is running (free pages plus those of
   padding rows, which are dropped first);
+- no step computes more tokens than the budget, nor more rows than the cap;
+- no token is sampled before its prompt is complete: a request makes a token in a step exactly
+  when that step computes its last known token, and a chunk short of it makes none;
+- no decode stalls: a request with one token left to compute is computed in every step (or
+  preempted in it);
+- pages are allocated for what is computed: a running request holds cdiv(num_cached,
+  page_size) pages, and has registered in the prefix cache only pages whose K/V is computed;
 and at the end:
-- the run ended within sum(max_tokens) steps: every step computes at least one live request and
-  every live row adds a token (mini_engine/scheduler.py says why);
+- the run ended within sum(ceil(len(prompt) / (budget - cap + 1)) + max_tokens - 1) steps, the
+  bound mini_engine/scheduler.py proves; sum(max_tokens), the bound before the token budget, when
+  budget - cap + 1 is at least the longest prompt (so every case of a budget that never binds
+  still ends within it);
 - every request has exactly its tokens when EOS is held off (else it stopped at EOS or its max);
 - each request's greedy tokens equal the same request run alone in a roomy pool without the
-  prefix cache (so the cache changes no token);
+  prefix cache and without chunks (so neither the cache nor the budget changes a token);
 - every page is free again, every ref count zero.
 
 Half the cases turn the prefix cache on, and the workloads share a drawn prefix (a system prompt),
@@ -31,13 +42,15 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.block_manager import cdiv
+from mini_engine.scheduler import step_bound
 
 MAX_MODEL_LEN = 40      # short, so a drawn workload fills a small pool quickly
 ROOMY_PAGES = 64        # the reference run: one request alone never preempted
+ROOMY_BUDGET = 4096     # EngineConfig's default: every step's tokens fit (5 x 40 at most)
 # "EOS allowed" makes every even token id an end of sequence, so about half the tokens a random
 # model picks end their request: the early-finish paths run in most cases, not once in 49,152.
 EOS_IDS = list(range(0, 49152, 2))
@@ -59,7 +72,7 @@ def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos
     if key not in _alone:
         eng = LLMEngine(model, list(eos), EngineConfig(
             kv_bytes=kv_bytes(model, ROOMY_PAGES, 16), page_size=16, max_batch=1,
-            max_model_len=MAX_MODEL_LEN))
+            max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=False))
         seq = eng.add_request(list(prompt), max_tokens, min_tokens)
         eng.run()
         _alone[key] = seq.output_ids
@@ -87,9 +100,15 @@ def cases(draw):
             "eos_held_off": draw(st.booleans()),
             "page_size": page_size,
             "num_pages": draw(st.integers(one_request, 3 * one_request)),
-            "max_batch": draw(st.integers(1, 5)),
+            "max_batch": (max_batch := draw(st.integers(1, 5))),
             "policy": draw(st.sampled_from(["continuous", "static"])),
-            "pad_finished": draw(st.booleans())}
+            "pad_finished": draw(st.booleans()),
+            # chunking on in most cases (hypothesis leans to False, its simplest boolean)
+            "chunking": (chunking := not draw(st.booleans())),
+            # from the least the config allows (1 at a cap of 1, with chunks) to never binding
+            "budget": draw(st.sampled_from([0, 1, 2, 5, 13, ROOMY_BUDGET])
+                           .map(lambda extra, least=max_batch if chunking else MAX_MODEL_LEN:
+                                least + extra))}
 
 
 def check_pages(eng: LLMEngine) -> None:
@@ -120,6 +139,42 @@ def room_for_running(eng: LLMEngine) -> bool:
     return need <= bm.num_free + padding
 
 
+def check_budget(eng: LLMEngine, case: dict, before: dict) -> int:
+    """This step's tokens within the budget, a token made only by a step that computed its
+    request's last known token, every decode computed, pages held for what is computed.
+    before: seq_id -> (outputs, was decoding) at the step's start. Returns how many live rows
+    computed a chunk that made no token."""
+    step, page_size = eng.steps[-1], case["page_size"]
+    assert step.num_tokens == sum(step.num_scheduled_tokens) \
+        == step.num_prefill_tokens + step.num_decode_tokens
+    assert 1 <= step.num_tokens <= case["budget"], "a step over the token budget"
+    assert min(step.num_scheduled_tokens) >= 1, "a row that computes nothing"
+    live_rows = set(step.seq_ids) - set(step.padding_ids)
+    num_short = 0
+    for seq in eng.sequences:
+        num_outputs, decoding = before[seq.seq_id]
+        made = len(seq.output_ids) - num_outputs
+        if seq.seq_id not in live_rows:
+            assert made == 0, f"request {seq.seq_id} made a token in a step it was not computed"
+        elif seq.is_finished and seq not in eng.scheduler.running:
+            assert made == 1, f"request {seq.seq_id} finished without a token"   # left at once
+        elif made:    # the token just made is the one token not computed: the chunk reached it
+            assert made == 1 and seq.num_cached == seq.num_tokens - 1, \
+                f"request {seq.seq_id} sampled from a chunk short of its last known token"
+        else:         # no token: the chunk stopped short of the last known token
+            assert seq.num_cached < seq.num_tokens, \
+                f"request {seq.seq_id} computed its last known token and made no token"
+            num_short += 1
+        assert not decoding or seq.seq_id in live_rows or seq.state is State.PREEMPTED, \
+            f"request {seq.seq_id} was decoding and waited a step"
+    for seq in eng.scheduler.running:
+        assert len(seq.page_table) == cdiv(seq.num_cached, page_size), \
+            "pages held for tokens not computed"
+        assert seq.num_registered <= seq.num_cached // page_size, \
+            "a page registered in the prefix cache before its K/V was computed"
+    return num_short
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(case=cases())
@@ -129,17 +184,25 @@ def test_scheduler_invariants(model, case):
         kv_bytes=kv_bytes(model, case["num_pages"], case["page_size"]),
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
-        enable_prefix_caching=case["prefix_caching"]))
+        enable_prefix_caching=case["prefix_caching"],
+        max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"]))
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
-    bound = sum(n for _, n in case["workload"])
+    bound = step_bound([len(p) for p, _ in case["workload"]], [n for _, n in case["workload"]],
+                       case["budget"], case["max_batch"])
+    if case["budget"] - case["max_batch"] + 1 >= max(len(p) for p, _ in case["workload"]):
+        assert bound == sum(n for _, n in case["workload"])     # the bound before the budget
+    num_short = 0
     while eng.scheduler.has_work:
-        assert len(eng.steps) < bound, f"no end within {bound} steps (sum of max_tokens)"
+        assert len(eng.steps) < bound, f"no end within {bound} steps (scheduler.step_bound)"
         roomy, preempted = room_for_running(eng), eng.scheduler.num_preemptions
+        before = {s.seq_id: (len(s.output_ids), s in eng.scheduler.running and s.is_decoding)
+                  for s in seqs}
         eng.step()
         assert not (roomy and eng.scheduler.num_preemptions > preempted), \
             "preempted while the pool had room for every running request"
         assert eng.steps[-1].num_live >= 1 and eng.steps[-1].num_rows <= case["max_batch"]
+        num_short += check_budget(eng, case, before)
         check_pages(eng)
     assert eng.block_manager.num_free == eng.num_pages
     assert all(b.ref_count == 0 for b in eng.block_manager.blocks)
@@ -150,7 +213,15 @@ def test_scheduler_invariants(model, case):
         else:
             assert 1 <= len(seq.output_ids) <= n
             assert len(seq.output_ids) == n or seq.output_ids[-1] in eos
+        assert len(seq.token_times_s) == len(seq.output_ids)
         assert seq.output_ids == run_alone(model, prompt, n, m, eos)
+    # what the cases reached (pytest --hypothesis-show-statistics lists them)
+    least = case["max_batch"] if case["chunking"] else MAX_MODEL_LEN
+    event(f"chunking {'on' if case['chunking'] else 'off'}, budget "
+          + ("1" if case["budget"] == 1 else "the least" if case["budget"] == least else
+             "roomy" if case["budget"] >= ROOMY_BUDGET else "between"))
+    event(f"a prefill cut into chunks: {num_short > 0}")
+    event(f"preempted: {eng.scheduler.num_preemptions > 0}")
 
 
 @pytest.mark.parametrize("policy, pad", [("static", True), ("static", False),

@@ -100,6 +100,13 @@ STEPS: list[Step] = [
     Step("task_10_prefix_caching.py", "10", "Prefix caching",
          args=("--port", PORT), quick_args=("--requests", "8", "--output", "4"),
          own_engines=True),
+    # task 11 starts the lab's server itself, once without chunking and once per budget, and
+    # stops it after; --quick: one budget and one shorter document, two server starts
+    Step("task_11_chunked_prefill.py", "11", "Chunked prefill",
+         args=("--port", PORT), quick_args=("--budgets", "64", "--chat-output", "24",
+                                            "--long-docs", "1", "--long-tokens", "600",
+                                            "--long-output", "8"),
+         own_engines=True),
 ]
 
 

@@ -56,8 +56,10 @@ def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
         ["task_5_api_server.py", "--port", "8123"], ["task_6_multi_user_load.py", "--port", "8123"],
         ["task_7_tuning.py", "--port", "8123"],
         ["task_8_dashboard.py", "--once", "--load", "20", "--max-tokens", "20",
-         "--server-port", "8123"], ["task_10_prefix_caching.py", "--port", "8123"]]
-    assert lab.OWN_ENGINES == {"task_9_build_your_own_engine.py", "task_10_prefix_caching.py"}
+         "--server-port", "8123"], ["task_10_prefix_caching.py", "--port", "8123"],
+        ["task_11_chunked_prefill.py", "--port", "8123"]]
+    assert lab.OWN_ENGINES == {"task_9_build_your_own_engine.py", "task_10_prefix_caching.py",
+                               "task_11_chunked_prefill.py"}
 
 
 @dataclass
@@ -112,7 +114,8 @@ class TestTheWholeLabOnTheRealModel:
             "verify_environment.py", "task_1_hf_baseline.py", "task_2_vllm_inference.py",
             "task_3_kv_cache_problem.py", "task_4_paged_attention.py", "task_5_api_server.py",
             "task_6_multi_user_load.py", "task_7_tuning.py", "task_8_dashboard.py",
-            "task_9_build_your_own_engine.py", "task_10_prefix_caching.py"]
+            "task_9_build_your_own_engine.py", "task_10_prefix_caching.py",
+            "task_11_chunked_prefill.py"]
         for step in run["steps"]:
             assert step["exit_code"] == 0 and step["seconds"] > 0, step
 
@@ -129,6 +132,9 @@ class TestTheWholeLabOnTheRealModel:
                                                            "--mean-output", "8"]
         assert args["task_10_prefix_caching.py"] == ["--port", port, "--requests", "8",
                                                      "--output", "4"]
+        assert args["task_11_chunked_prefill.py"] == [
+            "--port", port, "--budgets", "64", "--chat-output", "24", "--long-docs", "1",
+            "--long-tokens", "600", "--long-output", "8"]
 
     def test_every_step_stays_in_the_memory_budget(self, lab_run):
         run = lab_run.saved("lab_run")
@@ -268,6 +274,40 @@ class TestTheWholeLabOnTheRealModel:
         assert {k: v["num_cached_tokens"] for k, v in t10["offline"].items()} == {
             "first request": 0, "request 2": 80, "first request again": 96}
         assert t10["offline"]["first request"]["prompt_tokens"] == 106
+
+    def test_task_11_holds_the_budget_and_changes_no_token(self, lab_run):
+        # task 11 (--quick): 4 chats of 39-42 prompt tokens make 24 tokens each; one 633-token
+        # document arrives after 8 and makes 8. Without chunking its prefill is one step of more
+        # than its 633 tokens; at a budget of 64 no step of mini_engine computes more than 64.
+        # The same tokens at every budget in fp32, and against transformers.
+        t11 = lab_run.saved("task_11_chunked_prefill")
+        assert t11["correct"] == {"num_requests": 5, "num_identical": [5], "num_checked_hf": 2,
+                                  "num_identical_hf": 2}
+        runs = t11["mini_engine"]
+        assert [r["label"] for r in runs] == ["no chunking", "budget 64"]
+        assert [r["budget_tokens"] for r in runs] == [2048, 64]
+        assert all(r["max_step_tokens"] <= r["budget_tokens"] for r in runs)
+        assert runs[1]["max_step_tokens"] == 64
+        assert runs[0]["max_step_tokens"] >= t11["workload"]["min_long_prompt_tokens"]
+        # every prompt token computed once and every output token made once, whatever the budget:
+        # the prompts' tokens, then 4 x 23 + 7 tokens made by decode steps (each request's first
+        # token comes from its prompt's last chunk)
+        prompt_tokens = sum(runs[0]["timeline"]["prefill_tokens"])
+        assert prompt_tokens >= 4 * 39 + t11["workload"]["min_long_prompt_tokens"]
+        for r in runs:
+            assert sum(r["timeline"]["prefill_tokens"]) == prompt_tokens
+            assert sum(r["timeline"]["decode_tokens"]) == 4 * 23 + 7
+        # vLLM: every request answered at both settings, the same tokens in all; without chunking
+        # no step held more than its 2,048 (vLLM counts a prompt whole in the step of its first
+        # token, so a chunked prompt shows as a step over the budget: at least one at 64)
+        server = t11["vllm"]
+        assert [r["level"]["num_ok"] for r in server] == [5, 5]
+        assert server[0]["steps"]["num_tokens"] == server[1]["steps"]["num_tokens"]
+        over = [int(b) for b, n in server[0]["steps"]["steps_by_bucket"].items() if n]
+        assert max(over) <= 2048
+        assert sum(n for b, n in server[1]["steps"]["steps_by_bucket"].items()
+                   if int(b) > 64) >= 1
+        assert all(8 <= r["num_chat_tokens_at_arrival"] <= 10 for r in server)
 
     def test_the_summary_has_every_row_and_the_roofline(self, lab_run):
         s = lab_run.saved("summary")

@@ -1,0 +1,176 @@
+"""Task 11's record (task_11_chunked_prefill.py saves it as results/task_11_chunked_prefill.json):
+everything the task measured, typed, each unit in its field's name. Every list of runs is in one
+order: no chunking first, then the budgets as --budgets gave them, mini_engine's and vLLM's
+alike. Figures that follow from others (a run's mean TTFT, the largest step of vLLM's histogram)
+are properties, so a saved file cannot disagree with itself. summary_row is the summary table's
+cell for the task."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from common import load, results
+
+NO_CHUNKING = "no chunking"
+
+
+def label_of(budget_tokens: int | None, is_chunked: bool) -> str:
+    """'no chunking', 'budget 128', or 'its own' (a --base-url server: its setting unknown)."""
+    if budget_tokens is None:
+        return "its own"
+    return f"budget {budget_tokens}" if is_chunked else NO_CHUNKING
+
+
+@dataclass
+class Settings(results.Record):
+    """What the task ran with: its flags, and the sizes it chose for them."""
+    num_chats: int
+    chat_output_tokens: int     # --chat-output: tokens each chat answer streams, EOS held off
+    num_long_docs: int
+    long_tokens: int            # --long-tokens: tokens of the text in each long document
+    long_output_tokens: int     # --long-output
+    arrive_after_tokens: int    # the long documents arrive once every chat has made this many
+    budgets_tokens: list[int]   # --budgets: max_num_batched_tokens of the chunked runs
+    page_size_tokens: int       # mini_engine's pages and vLLM's blocks
+    max_num_seqs: int           # the batch cap: mini_engine's max_batch, the server's max_num_seqs
+    max_model_len: int          # also the budget without chunking (it must hold a whole prompt)
+    kv_cache_bytes: int         # the whole workload at once, in fp32
+    port: int
+    is_vllm_measured: bool      # False with --no-vllm
+    base_url: str | None = None  # --base-url: vLLM's part ran there, at that server's setting
+
+
+@dataclass
+class WorkloadShape(results.Record):
+    source: str                 # the text the long documents are cut from
+    num_source_tokens: int
+    min_chat_prompt_tokens: int
+    max_chat_prompt_tokens: int
+    min_long_prompt_tokens: int
+    max_long_prompt_tokens: int
+    num_long_prompt_tokens: int     # of all the long documents together
+
+
+@dataclass
+class Correctness(results.Record):
+    """fp32, greedy: every request at each budget against the same without chunking, and a few
+    against transformers' generate."""
+    num_requests: int
+    num_identical: list[int]    # per budget (the order of Settings.budgets_tokens)
+    num_checked_hf: int         # the first chat and the first long document, no chunking
+    num_identical_hf: int
+
+
+@dataclass
+class Latency(results.Record):
+    """What a user of one run felt: the chats' gaps between tokens (inter-token latency, ITL)
+    and the long documents' time to first token."""
+    mean_itl_s: float
+    p99_itl_s: float
+    max_itl_s: float            # the chats' longest stall
+    long_ttft_s: list[float]    # each long document's, from its arrival
+
+    @classmethod
+    def of(cls, chat_token_times_s: list[list[float]], long_ttft_s: list[float]) -> "Latency":
+        gaps = [b - a for times in chat_token_times_s for a, b in zip(times, times[1:])]
+        return cls(statistics.fmean(gaps), load.percentile(gaps, 99), max(gaps),
+                   list(long_ttft_s))
+
+    @property
+    def mean_long_ttft_s(self) -> float:
+        return statistics.fmean(self.long_ttft_s)
+
+
+@dataclass
+class Timeline(results.Record):
+    """One mini_engine run step by step, for the figure: seconds from the first step's start."""
+    decode_tokens: list[int]            # per step: one for each request decoding
+    prefill_tokens: list[int]           # per step: prompt tokens computed (chunks)
+    step_end_s: list[float]
+    chat_token_times_s: list[list[float]]   # per chat, when each of its tokens was made
+    long_arrival_s: float
+    long_first_token_s: list[float]
+
+
+@dataclass
+class EngineRun(results.Record):
+    """The workload through mini_engine at one setting."""
+    label: str                  # "no chunking" or "budget N"
+    budget_tokens: int          # max_num_batched_tokens (max_model_len without chunking)
+    is_chunked: bool
+    latency: Latency
+    duration_s: float
+    tokens_per_s: float         # new tokens, all requests together
+    num_steps: int
+    max_step_tokens: int        # the most tokens any step computed
+    timeline: Timeline
+    outputs: list[list[int]] = field(default_factory=list, init=False, repr=False,
+                                     compare=False)   # each request's tokens; not saved
+
+    def to_dict(self) -> dict:
+        saved = super().to_dict()
+        del saved["outputs"]
+        return saved
+
+
+@dataclass
+class IterationTokens(results.Record):
+    """vLLM's histogram vllm:iteration_tokens_total over one load: steps and tokens counted."""
+    num_steps: int
+    num_tokens: int
+    steps_by_bucket: dict[int, int]     # bucket's upper bound -> steps in it (not cumulative)
+
+    def steps_over(self, tokens: int) -> int:
+        """Steps in buckets above tokens (exact where tokens is a bucket bound, as 64-4096)."""
+        return self.num_steps - sum(n for le, n in self.steps_by_bucket.items() if le <= tokens)
+
+
+@dataclass
+class ServerRun(results.Record):
+    """The workload through vLLM's server at one setting."""
+    label: str                  # "no chunking", "budget N", or "its own" (--base-url)
+    budget_tokens: int | None   # None: a --base-url server, its setting unknown here
+    is_chunked: bool
+    level: load.LoadLevel       # every request: tokens/s, requests ok and failed
+    latency: Latency | None = None          # None: a request failed
+    steps: IterationTokens | None = None    # None: the server exports no histogram
+    # the steps the long documents' prefill took, as the chats' streams show them: a chat's
+    # tokens that came between the documents' arrival and their last first token, but the first
+    # (lessons/task_11_load.py; None: a chat had finished before, or a request failed)
+    num_prefill_steps: int | None = None
+    num_chat_tokens_at_arrival: int | None = None   # the fewest any chat had streamed then
+    startup_s: float | None = None          # None: a server already running was used
+
+
+@dataclass
+class ChunkedPrefill(results.Result):
+    """The whole run: the settings and workload, part 1's check, and parts 2-3's runs."""
+    settings: Settings
+    workload: WorkloadShape
+    correct: Correctness
+    num_identical_in_dtype: list[int]   # per budget, against no chunking, in the run's dtype
+    mini_engine: list[EngineRun]        # [no chunking, budget, ...]
+    vllm: list[ServerRun] | None = None     # the same order; None with --no-vllm
+
+    @property
+    def smallest(self) -> EngineRun:
+        """The chunked mini_engine run of the smallest budget."""
+        return min(self.mini_engine[1:], key=lambda r: r.budget_tokens)
+
+
+def change(new: float, old: float) -> str:
+    return f"{100 * (new / old - 1):+.0f}%"
+
+
+def summary_row(res: ChunkedPrefill) -> str:
+    """What chunking at the smallest budget did to mini_engine's longest stall and mean TTFT,
+    and to vLLM's stall, against no chunking, in the summary's 34 columns: 'stall -87%, TTFT
+    +40% (vLLM -86%)'."""
+    off, on = res.mini_engine[0].latency, res.smallest.latency
+    row = f"stall {change(on.max_itl_s, off.max_itl_s)}, TTFT " \
+          f"{change(on.mean_long_ttft_s, off.mean_long_ttft_s)}"
+    vllm = [r for r in res.vllm or [] if r.latency and r.budget_tokens]
+    if len(vllm) > 1 and not vllm[0].is_chunked:
+        v_on = min(vllm[1:], key=lambda r: r.budget_tokens)
+        row += f" (vLLM {change(v_on.latency.max_itl_s, vllm[0].latency.max_itl_s)})"
+    return row

@@ -1,0 +1,391 @@
+"""Task 11: its record built by hand (hand_result), saved and read back whole, the summary's row,
+the insight lines both ways, its figure and its report printed from the record; end to end on the
+tiny model (main() with --no-vllm: tokens identical at every budget, no step over its budget, the
+steps' tokens adding up), and its vLLM part against a tiny-model server; its bad flags. Counts
+of tokens and steps are asserted, worked out by hand; never times."""
+from __future__ import annotations
+
+import pytest
+
+import task_11_chunked_prefill as task11
+from common import figures, results, server, steps
+from common.load import LoadLevel
+from lessons import task_11_report
+from lessons.task_11_load import iteration_tokens, prefill_steps, tokens_at_arrival
+from lessons.task_11_record import (ChunkedPrefill, Correctness, EngineRun, IterationTokens,
+                                    Latency, ServerRun, Settings, Timeline, WorkloadShape,
+                                    summary_row)
+from tests.conftest import assert_fits
+from tests.hand_results import assert_figure_reads_well
+
+HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
+BUDGETS = [512, 256, 128, 64]
+# the hand-made run: no chunking, then each budget; the chats' longest stall (ms) and the long
+# documents' TTFT (s, each of 2); the issue's figures for no chunking and the smallest budget
+STALL_MS = {None: 1165, 512: 480, 256: 330, 128: 210, 64: 157}
+TTFT_S = {None: (1.0, 1.42), 512: (1.05, 1.5), 256: (1.1, 1.6), 128: (1.2, 1.8), 64: (1.4, 2.0)}
+VLLM_STALL_MS = {None: 700, 512: 260, 256: 160, 128: 95, 64: 63}
+
+
+def hand_latency(stall_ms: float, ttft_s: tuple[float, ...]) -> Latency:
+    return Latency(mean_itl_s=0.05, p99_itl_s=stall_ms / 1000 * 0.9, max_itl_s=stall_ms / 1000,
+                   long_ttft_s=list(ttft_s))
+
+
+def hand_timeline(budget: int | None) -> Timeline:
+    """The chats' 160 prompt tokens in chunks of the budget; then 4 chats decoding (4 tokens a
+    step) and 2 prompts of 1,234 tokens: whole in a step each without chunking, else budget - 4
+    a step (the last chunk what is left); then 5 steps of decodes."""
+    step = budget or 2048
+    chats = [min(step, 160 - i) for i in range(0, 160, step)]
+    longs = [1234, 1234] if budget is None else \
+        [min(budget - 4, 2468 - i) for i in range(0, 2468, budget - 4)]
+    decode = [0] * len(chats) + [4] * (len(longs) + 5)
+    prefill = chats + longs + [0] * 5
+    return Timeline(decode, prefill, [0.05 * (i + 1) for i in range(len(decode))],
+                    [[0.05 * (i + 1) for i in range(len(decode))] for _ in range(4)], 0.05,
+                    [0.5, 1.0])
+
+
+def hand_engine(budget: int | None) -> EngineRun:
+    timeline = hand_timeline(budget)
+    num_tokens = [d + p for d, p in zip(timeline.decode_tokens, timeline.prefill_tokens)]
+    return EngineRun("no chunking" if budget is None else f"budget {budget}", budget or 2048,
+                     budget is not None, hand_latency(STALL_MS[budget], TTFT_S[budget]), 3.0,
+                     96.0, len(num_tokens), max(num_tokens), timeline)
+
+
+def hand_server(budget: int | None) -> ServerRun:
+    level = LoadLevel(6, 6, 3.2, 288, 90.0, mean_latency_s=2.0, p50_latency_s=2.1,
+                      p95_latency_s=3.0, mean_ttft_s=0.6, p95_ttft_s=1.3, mean_tpot_s=0.04)
+    # the prompts counted whole in the step that ends them: the 2 documents; at 64 also a step
+    # that ends two chats' prompts (80 tokens)
+    over = 2 + (budget == 64)
+    histogram = IterationTokens(65, 2828, {8: 63, 2048: 2} if budget is None else
+                                {8: 65 - over, 64: 0, 2048: over})
+    return ServerRun("no chunking" if budget is None else f"budget {budget}", budget or 2048,
+                     budget is not None, level,
+                     hand_latency(VLLM_STALL_MS[budget], (0.9, 1.0) if budget is None
+                                  else (1.2, 1.6)),
+                     histogram, 2 if budget is None else 2468 // (budget - 4) + 1, 8, 12.0)
+
+
+def hand_result(header: results.RunHeader = HEADER) -> ChunkedPrefill:
+    """The defaults' run: 4 chats of 64 tokens, 2 documents of 1,200 tokens of the GPL-3 (1,234
+    prompt tokens each) making 16. Its summary row: the stall 1,165 -> 157 ms is -87%, the TTFT
+    1.21 -> 1.70 s is +40%, vLLM's stall 700 -> 63 ms -91%."""
+    return ChunkedPrefill(
+        Settings(num_chats=4, chat_output_tokens=64, num_long_docs=2, long_tokens=1200,
+                 long_output_tokens=16, arrive_after_tokens=8, budgets_tokens=BUDGETS,
+                 page_size_tokens=16, max_num_seqs=16, max_model_len=2048,
+                 kv_cache_bytes=137363456, port=8000, is_vllm_measured=True),
+        WorkloadShape(source="/usr/share/common-licenses/GPL-3", num_source_tokens=6935,
+                      min_chat_prompt_tokens=39, max_chat_prompt_tokens=42,
+                      min_long_prompt_tokens=1234, max_long_prompt_tokens=1234,
+                      num_long_prompt_tokens=2468),
+        Correctness(num_requests=6, num_identical=[6, 6, 6, 6], num_checked_hf=2,
+                    num_identical_hf=2),
+        [6, 5, 6, 4],
+        [hand_engine(b) for b in [None, *BUDGETS]],
+        [hand_server(b) for b in [None, *BUDGETS]],
+        header=header)
+
+
+def test_the_record_reads_back_whole():
+    record = hand_result()
+    results.save(task11.SCRIPT, record)
+    step = steps.by_name()[task11.SCRIPT]
+    assert step.record is ChunkedPrefill and step.figures == task11.FIGURES
+    loaded = step.load()
+    assert loaded == record
+    assert loaded.vllm[4].steps.steps_by_bucket == {8: 62, 64: 0, 2048: 3}   # int keys
+    assert loaded.smallest.label == "budget 64"
+    saved = results.load_raw(task11.SCRIPT, "")
+    labels = ["no chunking", "budget 512", "budget 256", "budget 128", "budget 64"]
+    assert [r["label"] for r in saved["mini_engine"]] == labels
+    assert [r["label"] for r in saved["vllm"]] == labels
+    assert set(saved["mini_engine"][0]) == {
+        "label", "budget_tokens", "is_chunked", "latency", "duration_s", "tokens_per_s",
+        "num_steps", "max_step_tokens", "timeline"}          # the outputs are not saved
+    assert set(saved["vllm"][0]) == {"label", "budget_tokens", "is_chunked", "level", "latency",
+                                     "steps", "num_prefill_steps", "num_chat_tokens_at_arrival",
+                                     "startup_s"}
+    assert saved["mini_engine"][0]["timeline"]["prefill_tokens"][:3] == [160, 1234, 1234]
+    assert saved["settings"]["budgets_tokens"] == BUDGETS and "base_url" not in saved["settings"]
+
+
+def test_the_summary_row():
+    record = hand_result()
+    row = "stall -87%, TTFT +40% (vLLM -91%)"   # 157 / 1,165; 1.70 / 1.21; 63 / 700
+    assert summary_row(record) == row and len(row) <= 34
+    assert steps.by_name()[task11.SCRIPT].row(record) == row
+    record.vllm = None                                   # --no-vllm
+    assert task11.summary_row(record) == "stall -87%, TTFT +40%"
+    record.vllm = [hand_server(None)]                    # no chunked vLLM run: no figure of it
+    assert task11.summary_row(record) == "stall -87%, TTFT +40%"
+
+
+def test_the_insight_says_what_the_figures_show():
+    lines = task_11_report.insights(hand_result())
+    text = " ".join(lines)
+    assert lines[0] == "Chunking changed no token: 6/6 requests identical in fp32 at every budget"
+    assert "In bfloat16, 4-6 of 6 matched no chunking; fp32 matched 6/6, so the difference is " \
+           "rounding" in text
+    assert ("mini_engine: a budget of 64 tokens a step cut the chats' longest stall 1,165 -> "
+            "157 ms (7.4x shorter), and cost the long documents' TTFT 1.21 -> 1.70 s (1.40x)"
+            ) in lines
+    assert ("Without chunking one step computed 1,238 tokens while the chats waited; chunked, "
+            "no step computed more than its budget") in lines
+    assert ("vLLM: a budget of 64 tokens a step cut the chats' longest stall 700 -> 63 ms "
+            "(11.1x shorter), and cost the long documents' TTFT 0.95 -> 1.40 s (1.47x)") in lines
+    # 2,468 prompt tokens in 42 steps: 59 a step
+    assert ("vLLM's long documents took 42 steps to prefill at budget 64 (2 without chunking), "
+            "the chats' streams show: about 59 prompt tokens a step, within the budget") in lines
+    record = hand_result()
+    record.num_identical_in_dtype = [5, 5, 5, 5]
+    assert "In bfloat16, 5 of 6 matched no chunking;" in " ".join(task_11_report.insights(record))
+    record.num_identical_in_dtype = [6, 6, 6, 6]
+    assert not any("rounding" in line for line in task_11_report.insights(record))
+
+
+def test_the_insight_changes_when_the_figures_do():
+    record = hand_result()
+    small = record.smallest
+    small.latency = hand_latency(1300, (0.9, 1.1))      # a longer stall, a shorter TTFT
+    small.max_step_tokens = 80                          # over its budget of 64
+    record.correct.num_identical = [6, 6, 5, 6]
+    record.num_identical_in_dtype = [6, 6, 6, 6]
+    record.vllm[4].num_prefill_steps = 20               # 2,468 / 20 = 123 a step > 64
+    lines = task_11_report.insights(record)
+    assert lines[0] == "In fp32, requests differ from no chunking at budget 128 (1 differ): a bug"
+    assert ("mini_engine: a budget of 64 tokens a step did not shorten the chats' longest stall "
+            "(1,165 -> 1,300 ms), and cost the long documents no TTFT (1.21 -> 1.00 s)") in lines
+    assert "Steps over their budget at budget 64: a bug" in lines
+    assert not any("rounding" in line for line in lines)
+    assert any("about 123 prompt tokens a step, over the budget" in line for line in lines)
+    record.vllm = None
+    assert not any(line.startswith("vLLM") for line in task_11_report.insights(record))
+
+
+def test_the_report_from_the_record(capsys):
+    task_11_report.print_report(hand_result())
+    out = capsys.readouterr().out
+    assert_fits(out)
+    lines = out.splitlines()
+
+    def cells(label: str, part: str) -> list[str]:
+        """The row label's last five cells in the table of this part."""
+        start = next(i for i, line in enumerate(lines) if part in line)
+        return next(line for line in lines[start:] if line.startswith(label + "  ")).split()[-5:]
+
+    assert "Budget 64 vs no chunking:         6/6 requests identical, every" in out
+    for part in ("2. MEASURED", "3. vLLM"):
+        header = lines[next(i for i, line in enumerate(lines) if part in line) + 1]
+        assert header.split()[-5:] == ["off", "512", "256", "128", "64"], header
+        assert cells("  longest stall (ms)", part)[0] == ("1,165" if "2." in part else "700")
+    assert cells("Most tokens in a step", "2. MEASURED") == ["1,238", "512", "256", "128", "64"]
+    assert cells("  the budget", "2. MEASURED") == ["2,048", "512", "256", "128", "64"]
+    assert cells("Outputs as no chunking", "2. MEASURED")[-4:] == ["6/6", "5/6", "6/6", "4/6"]
+    assert cells("Long docs: TTFT mean (s)", "2. MEASURED") == ["1.21", "1.27", "1.35", "1.50",
+                                                                 "1.70"]
+    assert cells("Chats' tokens at arrival", "3. vLLM") == ["8"] * 5
+    assert cells("Docs' prefill (steps)", "3. vLLM") == ["2", "5", "10", "20", "42"]
+    assert cells("  prompt tokens a step", "3. vLLM") == ["1,234", "494", "247", "123", "59"]
+    assert cells("  over the budget", "3. vLLM") == ["0", "2", "2", "2", "3"]
+    assert cells("Succeeded", "3. vLLM") == ["6/6"] * 5
+
+
+def test_what_the_figure_plots():
+    record = hand_result()
+    results.save(task11.SCRIPT, record)
+    fig = task11.draw_chunking(record)
+    (off_steps, off_times), (on_steps, on_times) = fig.axes[0:2], fig.axes[2:4]
+    bars = [p.get_height() for p in off_steps.patches]
+    timeline = record.mini_engine[0].timeline
+    assert bars == timeline.decode_tokens + timeline.prefill_tokens   # decode, then on top
+    assert [p.get_y() for p in off_steps.patches][len(timeline.decode_tokens):] == \
+        timeline.decode_tokens                                          # prefill stacked on it
+    assert [line.get_ydata()[0] for line in off_steps.lines] == [2048]     # the budget line
+    assert [line.get_ydata()[0] for line in on_steps.lines] == [64]
+    assert on_steps.get_title() == "budget 64: 50 steps"           # 3 + 42 chunks + 5
+    assert off_steps.get_title() == "no chunking: 8 steps"
+    # a row of ticks per chat, then the documents' arrival and their 2 first tokens
+    assert len(on_times.lines) == 4 + 1 + 2
+    assert on_times.get_title() == "longest stall 157 ms, TTFT 1.70 s"
+    assert off_steps.get_ylabel() == "tokens computed" and off_steps.get_xlabel() == "engine step"
+    assert off_times.get_xlabel() == "time since the first step (s)"
+    assert_figure_reads_well(fig, steps.by_name()[task11.SCRIPT].load(), "task 11")
+    assert fig.get_suptitle() == ("Task 11: the long prompts' prefill in one step, or in chunks "
+                                  "of the step's budget")
+    figures.plt().close(fig)
+    drawn = figures.draw(task11.SCRIPT, record, task11.FIGURES)
+    assert [(path.name, why) for path, why in drawn] == [(f"{task11.SCRIPT}.png", None)]
+
+
+def test_vllms_histogram_and_streams_are_read_by_hand():
+    """Two /metrics texts: the steps of the load, bucket by bucket; and the chats' tokens between
+    the documents' arrival (t = 10.0) and their last first token (t = 10.5) count the steps,
+    but the first."""
+    def text(counts: dict[str, int], total: int) -> str:
+        lines = ["# HELP vllm:iteration_tokens_total Tokens per step.",
+                 "# TYPE vllm:iteration_tokens_total histogram"]
+        lines += [f'vllm:iteration_tokens_total_bucket{{engine="0",le="{le}"}} {n}'
+                  for le, n in counts.items()]
+        lines += [f'vllm:iteration_tokens_total_count{{engine="0"}} {counts["+Inf"]}',
+                  f'vllm:iteration_tokens_total_sum{{engine="0"}} {total}']
+        return "\n".join(lines) + "\n"
+
+    before = text({"8.0": 3, "64.0": 3, "2048.0": 4, "+Inf": 4}, 1000)
+    after = text({"8.0": 50, "64.0": 60, "2048.0": 62, "+Inf": 62}, 4000)
+    steps_ = iteration_tokens(before, after)
+    assert steps_ == IterationTokens(58, 3000, {8: 47, 64: 10, 2048: 1})
+    assert steps_.steps_over(64) == 1 and steps_.steps_over(8) == 11
+    assert iteration_tokens("", "") is None
+
+    from common.load import RequestResult
+    chats = [RequestResult(True, 6, start_s=9.0, token_times_s=[0.2, 0.9, 1.1, 1.3, 1.5, 1.7]),
+             RequestResult(True, 6, start_s=9.1, token_times_s=[0.1, 0.8, 1.0, 1.2, 1.4, 1.6])]
+    longs = [RequestResult(True, 2, start_s=10.0, ttft_s=0.3),
+             RequestResult(True, 2, start_s=10.0, ttft_s=0.5)]
+    # 10.1 (it ends the step running when the documents came), 10.3, 10.5: 2 steps
+    assert prefill_steps(chats, longs) == 2
+    assert tokens_at_arrival(chats, longs) == 2      # 9.2, 9.9 and 9.2, 9.9 before 10.0
+    chats[1].token_times_s = [0.1, 0.8, 1.0, 1.2]    # ended at 10.3, before the last first token
+    assert prefill_steps(chats, longs) is None
+
+
+def totals_hold(res: ChunkedPrefill, num_prompt: int) -> None:
+    """Every run: each step within its budget; all num_prompt prompt tokens prefilled once (no
+    cache, no preemption) and a decode for every new token but each request's first."""
+    s = res.settings
+    num_decode = s.num_chats * (s.chat_output_tokens - 1) + \
+        s.num_long_docs * (s.long_output_tokens - 1)
+    for run in res.mini_engine:
+        t = run.timeline
+        per_step = [d + p for d, p in zip(t.decode_tokens, t.prefill_tokens)]
+        assert max(per_step) == run.max_step_tokens <= run.budget_tokens, run.label
+        assert (sum(t.prefill_tokens), sum(t.decode_tokens)) == (num_prompt, num_decode)
+        assert len(per_step) == run.num_steps
+        assert [len(times) for times in t.chat_token_times_s] == [s.chat_output_tokens] * 4
+
+
+def test_task_11_on_the_tiny_model(tiny_model, capsys):
+    """main() itself, --no-vllm: 4 chats of 12 tokens, then 2 documents of 100 tokens of text
+    (133-135 prompt tokens) making 4 each, with no chunking and at budgets 64, 32 and 16."""
+    record = task11.main(["--model", tiny_model, "--dtype", "float32", "--no-vllm",
+                          "--chat-output", "12", "--long-tokens", "100", "--long-output", "4",
+                          "--budgets", "64,32,16"])
+    out = capsys.readouterr().out
+    assert_fits(out)
+    assert record.correct == Correctness(6, [6, 6, 6], 2, 2)
+    assert record.num_identical_in_dtype == [6, 6, 6]      # fp32 runs the same tokens
+    assert record.settings.max_model_len == 256            # the tiny model's own limit
+    w = record.workload
+    assert w.source == "/usr/share/common-licenses/GPL-3" or "not found" in out
+    workload = task11.make_workload(_tokenizer(tiny_model), 4, 2, 100)
+    assert sum(map(len, workload.long_prompts)) == w.num_long_prompt_tokens
+    totals_hold(record, sum(map(len, workload.prompts)))
+    off = record.mini_engine[0]
+    # no chunking: a document whole in one step, with the chats' 4 decodes
+    assert off.max_step_tokens >= w.min_long_prompt_tokens + 4
+    assert [r.budget_tokens for r in record.mini_engine] == [256, 64, 32, 16]
+    assert [r.label for r in record.mini_engine] == ["no chunking", "budget 64", "budget 32",
+                                                     "budget 16"]
+    assert record.vllm is None and "3. vLLM" not in out
+    res = steps.by_name()[task11.SCRIPT].load()
+    assert res == record
+    assert task11.summary_row(res).startswith("stall ") and "vLLM" not in task11.summary_row(res)
+    assert "task_11_chunked_prefill.png" in out and "not drawn" not in out
+
+
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+@pytest.mark.engine
+def test_task_11_against_a_tiny_model_server(tiny_model, capsys):
+    """Part 3 on a free port: the server started without chunking, restarted at budget 32,
+    stopped at the end; every request streamed; the histogram counts each prompt prefilled in
+    chunks as one step over the budget: 2 documents of 133-135 tokens and 4 chats of 39-42 (no
+    step can end two of them: a prompt over 32 tokens takes two steps at least). (The steps'
+    count and the prefill seen in the streams depend on when the documents arrive: on the tiny
+    model the chats make a token every few ms, faster than /metrics is polled.)"""
+    port = server.free_port()
+    try:
+        record = task11.main(["--model", tiny_model, "--dtype", "float32", "--port", str(port),
+                              "--chat-output", "24", "--long-tokens", "100",
+                              "--long-output", "4", "--budgets", "32"])
+    finally:
+        server.stop_server(port)
+    out = capsys.readouterr().out
+    assert_fits(out)
+    off, on = record.vllm
+    assert (off.label, on.label) == ("no chunking", "budget 32")
+    assert off.level.num_ok == on.level.num_ok == 6 and off.startup_s and on.startup_s
+    assert off.steps.steps_over(2048) == 0 and on.steps.steps_over(32) == 6
+    assert off.steps.num_tokens == on.steps.num_tokens   # the same tokens, in other steps
+    assert off.latency and on.latency and len(on.latency.long_ttft_s) == 2
+    # the documents went the moment every chat had streamed 8 tokens (read from their streams)
+    assert 8 <= off.num_chat_tokens_at_arrival <= 10 and 8 <= on.num_chat_tokens_at_arrival <= 10
+    assert server.running_config(port) is None            # this task stopped what it started
+    assert "Stopping the lab server on" in out and "3. vLLM" in out
+    assert "(vLLM " in task11.summary_row(record)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budgets", "0"], "'0' must be greater than 0"),
+    (["--budgets", "64,8"], "--budgets 8 is smaller than --max-batch 16"),
+    (["--budgets", "512,256,128,64,32,16"], "--budgets: at most 5 budgets, not 6"),
+    (["--page-size", "48"], "--page-size 48 does not divide 2048"),
+    (["--chats", "0"], "'0' must be greater than 0"),
+    (["--long-tokens", "x"], "'x' is not a whole number"),
+    (["--port", "70000"], "'70000' is not a port"),
+])
+def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        task11.parse_args(args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0]
+
+
+def test_a_workload_that_cannot_fit_is_one_line(tiny_model, capsys):
+    """The tiny model's 256 tokens cannot hold a document of 300 (nor 20 of 1,200 the text)."""
+    for args, message in ((["--long-tokens", "300"], "exceed max_model_len 256: lower "
+                                                     "--long-tokens"),
+                          (["--long-docs", "20"], "--long-docs 20 x --long-tokens 1200 is more "
+                                                  "than the")):
+        with pytest.raises(SystemExit) as exit_:
+            task11.main(["--model", tiny_model, "--no-vllm", *args])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.engine
+def test_task_11_against_a_server_given_by_base_url(tiny_model, capsys):
+    """--base-url: part 3 runs once, at that server's own setting ("its own"), and the task
+    neither restarts nor stops it; no vLLM line of the insight or the summary compares
+    settings it did not choose."""
+    port = server.free_port()
+    config = server.ServerConfig(tiny_model, "tiny", "float32", max_model_len=256,
+                                 max_num_seqs=16, port=port,
+                                 engine_args=("--max-num-batched-tokens", "32"))
+    try:
+        server.ensure_server(config)
+        record = task11.main(["--model", tiny_model, "--dtype", "float32", "--chat-output", "24",
+                              "--long-tokens", "100", "--long-output", "4", "--budgets", "32",
+                              "--base-url", f"http://127.0.0.1:{port}/v1"])
+        assert server.running_config(port) == config          # the same server, untouched
+    finally:
+        server.stop_server(port)
+    out = capsys.readouterr().out
+    assert_fits(out)
+    (run,) = record.vllm
+    assert (run.label, run.budget_tokens, run.startup_s) == ("its own", None, None)
+    assert run.level.num_ok == 6 and run.latency and run.steps.num_steps > 0
+    assert record.settings.base_url == f"http://127.0.0.1:{port}/v1"
+    assert "for vLLM, at its own setting" in " ".join(out.split())
+    assert "Starting vLLM server" not in out
+    assert not any(line.startswith("vLLM") for line in task_11_report.insights(record))
+    assert "vLLM" not in task11.summary_row(record)

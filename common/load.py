@@ -161,11 +161,6 @@ class LoadLevel(results.Record):
         """The raw results of the requests that succeeded (measured now; none when read back)."""
         return [r for r in self.requests if r.success]
 
-    def to_dict(self) -> dict:
-        saved = super().to_dict()
-        del saved["requests"]          # the figures above are what a level saves
-        return saved
-
 
 async def _run(base_url: str, model: str, prompts: list[str], max_tokens: int,
                concurrent: bool) -> LoadLevel:

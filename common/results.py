@@ -43,11 +43,12 @@ class Record:
 
     def to_dict(self) -> dict:
         """The fields as JSON values; a figure not measured (None where the default is None)
-        is left out, as it was never saved."""
+        is left out, as it was never saved, and so is a field the record holds only while the
+        run lasts (init=False: raw outputs, per-request results), which from_dict never reads."""
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not (value is None and f.default is None):
+            if f.init and not (value is None and f.default is None):
                 out[f.name] = _plain(value)
         return out
 

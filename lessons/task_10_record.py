@@ -84,11 +84,6 @@ class EngineRun(results.Record):
     outputs: list[list[int]] = field(default_factory=list, init=False, repr=False,
                                      compare=False)   # each request's tokens; not saved
 
-    def to_dict(self) -> dict:
-        saved = super().to_dict()
-        del saved["outputs"]
-        return saved
-
     @property
     def computed_prompt_tokens(self) -> int:
         return self.prompt_tokens - self.cached_prompt_tokens

@@ -107,11 +107,6 @@ class EngineRun(results.Record):
     outputs: list[list[int]] = field(default_factory=list, init=False, repr=False,
                                      compare=False)   # each request's tokens; not saved
 
-    def to_dict(self) -> dict:
-        saved = super().to_dict()
-        del saved["outputs"]
-        return saved
-
 
 @dataclass
 class IterationTokens(results.Record):

@@ -95,6 +95,15 @@ def parse_args(argv: list[str] | None):
         parser.error(f"--budgets {min(args.budgets)} is smaller than --max-batch "
                      f"{args.max_batch}: a step could not give each request a token (vLLM "
                      "refuses it too)")
+    if args.chat_output <= ARRIVE_AFTER_TOKENS:
+        parser.error(f"--chat-output {args.chat_output} must be over {ARRIVE_AFTER_TOKENS}: the "
+                     f"long documents arrive after each chat's {ARRIVE_AFTER_TOKENS}th token")
+    if args.max_batch > MAX_MODEL_LEN:
+        parser.error(f"--max-batch {args.max_batch} is larger than max_model_len "
+                     f"{MAX_MODEL_LEN}: without chunking a step could not give each request a "
+                     "token")
+    if args.base_url and args.no_vllm:
+        parser.error("--base-url runs part 3, which --no-vllm leaves out: give one of them")
     if MAX_MODEL_LEN % args.page_size:
         parser.error(f"--page-size {args.page_size} does not divide {MAX_MODEL_LEN}")
     return args

@@ -57,7 +57,7 @@ class Correctness(results.Record):
     against transformers' generate."""
     num_requests: int
     num_identical: list[int]    # per budget (the order of Settings.budgets_tokens)
-    num_checked_hf: int         # the first chat and the first long document, no chunking
+    num_checked_hf: int         # the first chat and the first long document, smallest budget
     num_identical_hf: int
 
 

@@ -106,7 +106,7 @@ def print_vllm(res: ChunkedPrefill) -> None:
                                     for r in runs)),
         ("  prompt tokens a step", *(per_step(r) for r in runs)),
         ("Steps (/metrics)", *("-" if r.steps is None else r.steps.num_steps for r in runs)),
-        ("  over the budget", *("-" if r.steps is None or r.budget_tokens is None else
+        ("  counted over budget", *("-" if r.steps is None or r.budget_tokens is None else
                                 r.steps.steps_over(r.budget_tokens) for r in runs)),
         ("Succeeded", *(f"{r.level.num_ok}/{r.level.num_users}" for r in runs))],
         widths(len(runs)))

@@ -191,7 +191,7 @@ def test_the_report_from_the_record(capsys):
     assert cells("Chats' tokens at arrival", "3. vLLM") == ["8"] * 5
     assert cells("Docs' prefill (steps)", "3. vLLM") == ["2", "5", "10", "20", "42"]
     assert cells("  prompt tokens a step", "3. vLLM") == ["1,234", "494", "247", "123", "59"]
-    assert cells("  over the budget", "3. vLLM") == ["0", "2", "2", "2", "3"]
+    assert cells("  counted over budget", "3. vLLM") == ["0", "2", "2", "2", "3"]
     assert cells("Succeeded", "3. vLLM") == ["6/6"] * 5
 
 
@@ -342,6 +342,12 @@ def test_task_11_against_a_tiny_model_server(tiny_model, capsys):
     (["--chats", "0"], "'0' must be greater than 0"),
     (["--long-tokens", "x"], "'x' is not a whole number"),
     (["--port", "70000"], "'70000' is not a port"),
+    # the documents arrive after each chat's 8th token: a chat of 8 would be over by then
+    (["--chat-output", "8"], "--chat-output 8 must be over 8"),
+    (["--chat-output", "1"], "--chat-output 1 must be over 8"),
+    (["--max-batch", "3000", "--budgets", "4096"], "--max-batch 3000 is larger than "
+                                                   "max_model_len 2048"),
+    (["--base-url", "http://127.0.0.1:1", "--no-vllm"], "--base-url runs part 3"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -57,9 +57,12 @@ def sections() -> list[Section]:
 
 
 def load(parts: list[Section]) -> tuple[dict[str, results.Result], dict[str, str]]:
-    """Every saved result, typed, and the one line of each this lab cannot read."""
-    res, stale = {}, {}
+    """Every saved result, typed, and the one line of each this lab cannot read: the steps' and
+    the lab's run through the summary's loader, then any other part's (the summary's own)."""
+    res, stale = summary.load_all()
     for part in parts:
+        if part.name in res or part.name in stale:
+            continue
         try:
             record = results.load(part.name, part.record, part.label)
         except results.StaleResult as e:
@@ -67,11 +70,6 @@ def load(parts: list[Section]) -> tuple[dict[str, results.Result], dict[str, str
             continue
         if record is not None:
             res[part.name] = record
-    try:
-        if (run := results.load("lab_run", results.LabRun, "make lab")) is not None:
-            res["lab_run"] = run
-    except results.StaleResult:
-        pass
     return res, stale
 
 

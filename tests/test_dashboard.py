@@ -496,7 +496,12 @@ def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
         wait_for(driver, "status", r"Server UP: http://127\.0\.0\.1:\d+")
         wait_for(driver, "figures", r"Requests running\s+0")
 
-        driver.find_element(By.ID, "send-load").click()          # 20 requests (the default)
+        # the button is drawn after the status and figures in some runs: wait for it, not a time
+        from selenium.webdriver.support import expected_conditions
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        WebDriverWait(driver, 60).until(expected_conditions.element_to_be_clickable(
+            (By.ID, "send-load"))).click()                        # 20 requests (the default)
         wait_for(driver, "load-status", r"Sending 20 concurrent requests|Last load")
         rate = wait_for(driver, "figures", r"Generation tokens/s \(last interval\)\s+([1-9][\d.]*)")
         assert float(rate.group(1)) > 0

@@ -1,4 +1,5 @@
-"""mini_engine: PagedAttention and continuous batching, built from scratch in plain torch.
+"""mini_engine: PagedAttention, continuous batching, prefix caching, chunked prefill and
+speculative decoding, built from scratch in plain torch.
 
 A few hundred lines that do on a CPU what vLLM does: a request's KV cache lives in fixed-size
 pages handed out as it grows (the page allocator of task 4, running for real), the model reads
@@ -11,9 +12,11 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
     block_manager.py  pages of the KV cache handed to requests, shared by equal prefixes
     scheduler.py      who runs this step, and how many tokens each: one token budget a step,
                       prompts cut into chunks, continuous or static batching, preemption
+    proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
     model.py          the Llama forward of SmolLM, its KV cache one paged pool per layer
     linear.py         how its linear layers are handed to the matmul library, measured here
-    sampler.py        the next token: greedy, or temperature with a seeded generator
+    sampler.py        the next token: greedy, or temperature with a seeded generator; and
+                      the verifier: which guesses the model agrees with
     engine.py         add_request / step / run: schedule, run the model, postprocess
     profiler.py       where a step's time goes, phase by phase, for a caller who asks
 

@@ -164,6 +164,19 @@ class BlockManager:
             # page: the first one stays the cached copy, this one is freed as usual
         seq.num_registered = max(seq.num_registered, num_tokens // self.page_size)
 
+    def roll_back(self, seq: Sequence, num_tokens: int) -> None:
+        """seq keeps only the pages of its first num_tokens tokens (speculative decoding: the
+        pages that only rejected guesses were written into). Those pages are its own, never
+        registered (no guess is), so they go to the FRONT of the free queue: handing them out
+        first evicts no cached prefix."""
+        while len(seq.page_table) > cdiv(num_tokens, self.page_size):
+            block = self.blocks[seq.page_table.pop()]
+            assert block.ref_count == 1 and block.hash is None, \
+                f"page {block.block_id} of rejected guesses is shared or cached"
+            block.ref_count = 0
+            self.free_queue[block.block_id] = None
+            self.free_queue.move_to_end(block.block_id, last=False)
+
     def free(self, seq: Sequence) -> None:
         """seq drops its references, tail pages first (so they are evicted first); a page nobody
         holds goes to the back of the free queue, its cached prefix kept."""

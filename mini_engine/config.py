@@ -23,8 +23,14 @@ class EngineConfig:
     max_num_batched_tokens: int = 4096
     enable_chunked_prefill: bool = True # cut a prompt into chunks across steps (vLLM's default);
                                         # off: a prompt waits until its whole remainder fits
-    # Room for what the next tasks add, each a field here with its check below:
-    # task 12, speculative decoding: the proposer's settings (e.g. num_speculative_tokens).
+    # task 12: speculative decoding (mini_engine/proposer.py guesses, sampler.verify checks).
+    # A decoding request verifies up to this many guesses a step besides its last token; 0: off.
+    num_speculative_tokens: int = 0
+    # the n-gram proposer's range: the longest n from max down to min whose last n tokens occur
+    # earlier in the request (vLLM's prompt_lookup_max and prompt_lookup_min; vLLM takes 5 for
+    # both when neither is given, the lab the 2-4 of the source's measured run, SPEC.md)
+    prompt_lookup_max: int = 4
+    prompt_lookup_min: int = 2
 
     def __post_init__(self):
         for f in fields(self):
@@ -50,6 +56,14 @@ class EngineConfig:
                              f" is smaller than max_model_len ({self.max_model_len}) with "
                              "enable_chunked_prefill off: a prompt that long could never be "
                              "scheduled")
+        if self.num_speculative_tokens < 0:
+            raise ValueError(f"EngineConfig.num_speculative_tokens must be at least 0, not "
+                             f"{self.num_speculative_tokens}")
+        if self.num_speculative_tokens and not (
+                1 <= self.prompt_lookup_min <= self.prompt_lookup_max):
+            raise ValueError(f"EngineConfig.prompt_lookup_min ({self.prompt_lookup_min}) and "
+                             f"prompt_lookup_max ({self.prompt_lookup_max}) must satisfy 1 <= min"
+                             " <= max (vLLM's rule)")
         if self.policy not in POLICIES:
             raise ValueError(f"EngineConfig.policy {self.policy!r} is not one of "
                              f"{', '.join(POLICIES)}")

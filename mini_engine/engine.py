@@ -4,6 +4,13 @@ forward over every scheduled request's tokens, then the next token of each reque
 known token was computed), postprocess (each token handed to its request; the finished ones
 leave).
 
+Speculative decoding (task 12, EngineConfig.num_speculative_tokens): the scheduler gives each
+decoding request up to k guesses of its next tokens (mini_engine/proposer.py, an n-gram lookup in
+its own tokens); the forward computes its last token and the guesses after it as one chunk of
+1 + g rows, their logits checked by the verifier (Sampler.verify); the request keeps the guesses
+the model agrees with and one token of the model's own, and drops the rest with their K/V
+(postprocess). When a step is bound by reading the weights, 1 + g rows cost about what one does.
+
 Its KV budget is given in bytes, as vLLM's kv_cache_memory_bytes, and cut into whole pages of
 the model's KV bytes per token x page_size (task 2 shows vLLM doing the same with its blocks).
 
@@ -44,6 +51,12 @@ class StepStats:
     num_decode_tokens: int = 0    # one a decoding request; padding rows count here (one each)
     end_s: float = 0.0            # time.perf_counter() at the end of the step
     num_scheduled_tokens: tuple = ()   # tokens of each row, in batch order (seq_ids')
+    # task 12, speculative decoding: guesses computed this step (counted in num_decode_tokens:
+    # a decoding row computes its last token and its guesses), of them kept, and the tokens
+    # each row gained (1 to 1 + its guesses for a decode; 0 for a chunk or a padding row)
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_output_tokens: tuple = ()
 
 
 def eos_token_ids(folder: str) -> list[int]:
@@ -98,12 +111,17 @@ class LLMEngine:
         self.profiler.start_step()
         seqs = self.schedule()
         self.profiler.mark("scheduled")
-        num_tokens, token_ids = self.run_model(seqs)
+        num_tokens, new_ids = self.run_model(seqs)
         stats = self.stats_of(seqs, num_tokens)       # as scheduled, before the finished leave
-        finished = self.postprocess(seqs, token_ids)
+        num_before = [len(s.output_ids) for s in seqs]
+        num_accepted = sum(s.num_accepted_tokens for s in seqs)
+        finished = self.postprocess(seqs, new_ids)
         phases = self.profiler.end_step()
         end = time.perf_counter()
-        self.steps.append(replace(stats, seconds=end - start, phases=phases, end_s=end))
+        self.steps.append(replace(
+            stats, seconds=end - start, phases=phases, end_s=end,
+            num_accepted_tokens=sum(s.num_accepted_tokens for s in seqs) - num_accepted,
+            num_output_tokens=tuple(len(s.output_ids) - n for s, n in zip(seqs, num_before))))
         return finished
 
     def schedule(self) -> list[Sequence]:
@@ -114,60 +132,105 @@ class LLMEngine:
             raise RuntimeError(self._stuck_message(seqs))
         return seqs
 
-    def run_model(self, seqs: list[Sequence]) -> tuple[int, list[int | None]]:
-        """One forward over every row's tokens, then the next token of each row that makes one:
-        (tokens computed, a token id or None per row). A live request computes its next
+    def run_model(self, seqs: list[Sequence]) -> tuple[int, list[list[int]]]:
+        """One forward over every row's tokens, then the tokens each row makes: (tokens
+        computed, the new tokens of each row). A live request computes its next
         num_scheduled_tokens (all its tokens after admission or preemption when they fit the
         budget, a chunk of them when not, else the last one); it makes a token only if they
         reach its last known token (the logits of an earlier chunk's last row are not even
-        computed). A padding row recomputes its last cached token, writing its K/V into the
-        scratch slot; it is sampled like a decode (its token thrown away), so that a seeded
+        computed): [] for a chunk short of it. A decoding request with guesses (task 12)
+        computes its last token and the guesses after it, and keeps 1 to g + 1 tokens
+        (Sampler.verify). A padding row recomputes its last cached token, writing its K/V into
+        the scratch slot; it is sampled like a decode (its token thrown away), so that a seeded
         sampler draws as it did before the token budget existed."""
-        chunks, is_sampled = [], []
+        chunks = []
         for s in seqs:
             if s.is_padding:
                 chunks.append(RequestChunk(s.token_ids[s.num_cached - 1:s.num_cached],
                                            s.num_cached - 1, s.page_table, self.scratch_slot))
-                is_sampled.append(True)
-            else:
-                end = s.num_cached + s.num_scheduled_tokens
-                is_sampled.append(end == s.num_tokens)
-                chunks.append(RequestChunk(s.token_ids[s.num_cached:end], s.num_cached,
-                                           s.page_table, is_sampled=is_sampled[-1]))
+                continue
+            num_known = s.num_scheduled_tokens - len(s.spec_token_ids)
+            end = s.num_cached + num_known
+            num_logits = 1 + len(s.spec_token_ids) if end == s.num_tokens else 0
+            chunks.append(RequestChunk(s.token_ids[s.num_cached:end] + s.spec_token_ids,
+                                       s.num_cached, s.page_table, num_logits=num_logits))
         batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
                            self.model.dtype)
-        logits = self.model.forward(batch, self.profiler)          # (rows sampled, V)
+        logits = self.model.forward(batch, self.profiler)     # (rows whose logits are wanted, V)
         self.profiler.mark("forwarded")
-        sampled = [s for s, yes in zip(seqs, is_sampled) if yes]
-        new_ids = iter(self.sampler(logits, [s.temperature for s in sampled],
-                                    [len(s.output_ids) >= s.min_tokens for s in sampled]))
+        new_ids = self.sample(seqs, chunks, logits)
         self.profiler.mark("sampled")
-        return batch.num_rows, [next(new_ids) if yes else None for yes in is_sampled]
+        return batch.num_rows, new_ids
 
-    def postprocess(self, seqs: list[Sequence], token_ids: list[int | None]) -> list[Sequence]:
-        """Each live row's computed tokens counted in its pool, and its token, if it made one,
-        handed to it (a padding row's is thrown away); the requests that made their last token
-        finish and leave (or stay as padding)."""
+    def sample(self, seqs: list[Sequence], chunks: list[RequestChunk], logits: torch.Tensor
+               ) -> list[list[int]]:
+        """The tokens of each row from its logits: the rows without guesses in one call of the
+        sampler (as before speculative decoding, so a seeded sampler draws the same), then each
+        row with guesses verified on its own 1 + g rows of logits."""
+        first = torch.tensor([c.num_logits for c in chunks]).cumsum(0) - \
+            torch.tensor([c.num_logits for c in chunks])
+        plain = [i for i, c in enumerate(chunks) if c.num_logits == 1]
+        eos_ok = [len(seqs[i].output_ids) >= seqs[i].min_tokens for i in plain]
+        tokens = self.sampler(logits[first[plain]], [seqs[i].temperature for i in plain], eos_ok)
+        new_ids = [[] for _ in seqs]
+        for i, token in zip(plain, tokens):
+            new_ids[i] = [token]
+        for i, (seq, chunk) in enumerate(zip(seqs, chunks)):
+            if chunk.num_logits > 1:
+                rows = logits[int(first[i]):int(first[i]) + chunk.num_logits]
+                # row j makes output token len(output) + j: EOS allowed from min_tokens on
+                new_ids[i] = self.sampler.verify(
+                    rows, seq.spec_token_ids, seq.temperature,
+                    [len(seq.output_ids) + j >= seq.min_tokens for j in range(chunk.num_logits)])
+        return new_ids
+
+    def postprocess(self, seqs: list[Sequence], new_ids: list[list[int]]) -> list[Sequence]:
+        """Each live row's computed tokens counted in its pool, and its new tokens handed to it
+        (a padding row's are thrown away); the requests that made their last token finish and
+        leave (or stay as padding). A row that verified guesses keeps the K/V of its last token
+        and of the guesses it kept; the rest are rejected: its cached length goes back to
+        num_tokens - 1, as after any decode, and the pages only they were written into go back
+        to the pool (their K/V is overwritten before anyone reads it: a position is attended only
+        once it is computed again)."""
         now = time.perf_counter()
         finished = []
-        for seq, token_id in zip(seqs, token_ids):
+        for seq, tokens in zip(seqs, new_ids):
             if seq.is_padding:
                 continue
-            seq.num_cached += seq.num_scheduled_tokens
-            if token_id is None:             # a chunk of its prefill: no token yet
+            seq.num_cached += seq.num_scheduled_tokens - len(seq.spec_token_ids)
+            if not tokens:                   # a chunk of its prefill: no token yet
                 continue
-            seq.output_ids.append(token_id)
-            seq.token_times_s.append(now)
+            # the verifier keeps the guesses it agrees with, then one token of the model's own;
+            # an end of sequence among them cuts the run there
+            guessed = min(len(tokens) - 1, len(self._cut_at_eos(seq, tokens)))
+            tokens = self._cut_at_eos(seq, tokens)
+            if seq.spec_token_ids:
+                seq.num_draft_tokens += len(seq.spec_token_ids)
+                seq.num_accepted_tokens += guessed
+                seq.num_cached += guessed    # the kept guesses' K/V is computed and right
+                self.block_manager.roll_back(seq, seq.num_cached)
+            seq.output_ids += tokens
+            seq.output_was_guess += [True] * guessed + [False] * (len(tokens) - guessed)
+            seq.token_times_s += [now] * len(tokens)
             if seq.first_token_s is None:
                 seq.first_token_s = now
             if (len(seq.output_ids) >= seq.max_tokens
                     or seq.num_tokens >= self.config.max_model_len
-                    or (token_id in self.sampler.eos_ids and len(seq.output_ids) >= seq.min_tokens)):
+                    or (tokens[-1] in self.sampler.eos_ids
+                        and len(seq.output_ids) >= seq.min_tokens)):
                 seq.finish_s = now
                 finished.append(seq)
         for seq in finished:
             self.scheduler.finish(seq)
         return finished
+
+    def _cut_at_eos(self, seq: Sequence, tokens: list[int]) -> list[int]:
+        """The tokens up to and with the first end-of-sequence the request may end at (from
+        min_tokens on): a kept run of guesses stops there, as one token a step would have."""
+        for j, token in enumerate(tokens):
+            if token in self.sampler.eos_ids and len(seq.output_ids) + j + 1 >= seq.min_tokens:
+                return tokens[:j + 1]
+        return tokens
 
     def stats_of(self, seqs: list[Sequence], num_tokens: int) -> StepStats:
         """The step's record as scheduled: a request that finishes in this step made its token
@@ -180,7 +243,8 @@ class LLMEngine:
                          seconds=0.0, seq_ids=tuple(s.seq_id for s in seqs),
                          padding_ids=padding_ids, num_prefill_tokens=num_tokens - num_decode,
                          num_decode_tokens=num_decode,
-                         num_scheduled_tokens=tuple(s.num_scheduled_tokens for s in seqs))
+                         num_scheduled_tokens=tuple(s.num_scheduled_tokens for s in seqs),
+                         num_draft_tokens=sum(len(s.spec_token_ids) for s in seqs))
 
     def _stuck_message(self, seqs: list[Sequence]) -> str:
         sched, pages = self.scheduler, self.block_manager

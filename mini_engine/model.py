@@ -37,13 +37,15 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 class RequestChunk(NamedTuple):
     """The tokens one request computes in a step, from position start_pos, through its page
     table. write_slot None: their K/V goes into the request's pages; else all into that one slot
-    (a padding row's scratch slot). is_sampled: its last row's logits are wanted (False for a
-    chunk that stops short of the request's last known token: no token comes of it)."""
+    (a padding row's scratch slot). num_logits: how many of its last rows' logits are wanted: 1
+    for a token; 0 for a chunk that stops short of the request's last known token (no token
+    comes of it); 1 + g for a decoding request's last token and its g guesses (speculative
+    decoding: each row's logits check the guess after it)."""
     token_ids: list[int]
     start_pos: int
     page_table: list[int]
     write_slot: int | None = None
-    is_sampled: bool = True
+    num_logits: int = 1
 
 
 class GroupMember(NamedTuple):
@@ -77,8 +79,8 @@ class Batch:
     positions: torch.Tensor      # (T,) position of each row in its request
     slot_mapping: torch.Tensor   # (T,) pool slot each row's K/V is written to
     groups: list[Group]          # decode and prefill, each attended in one call
-    last_rows: torch.Tensor      # (S,) the last row of each request sampled (all B but the
-                                 # chunks that stop short of their prompt's end)
+    logit_rows: torch.Tensor     # (S,) the rows whose logits are wanted: each request's last
+                                 # num_logits rows (none for a chunk short of its prompt's end)
     num_rows: int
 
 
@@ -121,11 +123,11 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
             rows_slot.append(chunk.page_table[pos // page_size] * page_size + pos % page_size
                              if chunk.write_slot is None else chunk.write_slot)
     groups = [make_group(g, page_size, heads_per_kv, dtype) for g in (decode, prefill) if g]
-    last_rows = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0) - 1
-    if not all(c.is_sampled for c in chunks):
-        last_rows = last_rows[torch.tensor([c.is_sampled for c in chunks])]
+    ends = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0).tolist()
+    logit_rows = torch.tensor([row for c, end in zip(chunks, ends)
+                               for row in range(end - c.num_logits, end)], dtype=torch.long)
     return Batch(torch.tensor(rows_ids), torch.tensor(rows_pos), torch.tensor(rows_slot),
-                 groups, last_rows, len(rows_ids))
+                 groups, logit_rows, len(rows_ids))
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -301,7 +303,7 @@ class Llama:
         return result
 
     def forward(self, batch: Batch, profiler: StepProfiler | None = None) -> torch.Tensor:
-        """Logits (S, V) of the last row of each request sampled (batch.last_rows). A profiler,
+        """Logits (S, V) of the rows whose logits are wanted (batch.logit_rows). A profiler,
         if given, times the matmuls and the attention (mini_engine/profiler.py); without one they
         run as they are."""
         linear, attention = _apply, self.attention
@@ -321,7 +323,7 @@ class Llama:
             h = self.rms_norm(x, layer.post_norm)
             gate, up = linear(layer.gate_up, h).chunk(2, dim=-1)
             x = x + linear(layer.down, F.silu(gate) * up)                          # SwiGLU
-        if not len(batch.last_rows):               # every row a chunk short of its prompt's end
+        if not len(batch.logit_rows):              # every row a chunk short of its prompt's end
             return torch.empty(0, self.shape.vocab_size)
-        x = self.rms_norm(x[batch.last_rows], self.final_norm)                       # (S, C)
+        x = self.rms_norm(x[batch.logit_rows], self.final_norm)                       # (S, C)
         return linear(self.lm_head, x).float()                                       # (S, V)

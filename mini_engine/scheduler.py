@@ -9,7 +9,14 @@ The budget, in this order:
    a request streaming its answer never waits for someone's prompt (Sarathi's stall-free batch);
 2. running requests still in their prefill take their next chunk, min(tokens left, budget left),
    in admission order;
-3. waiting requests are admitted first come, first served, while a batch slot, budget and the
+3. with speculative decoding (task 12, num_speculative_tokens k > 0), each decoding request
+   gets up to k guesses from the proposer (mini_engine/proposer.py), verified after its last
+   token in the same forward. They come after the prefill chunks, so a guess never takes the
+   budget a prompt's chunk had (the progress argument below holds unchanged), and they are cut
+   so that all they may keep fits: the budget left, max_tokens and max_model_len (the g guesses
+   and the model's token after them), and the pages free now: a guess never preempts anyone.
+   They are not registered in the prefix cache: only the request's known tokens are;
+4. waiting requests are admitted first come, first served, while a batch slot, budget and the
    pages of what they compute are left, each with its first chunk. Its prefix-cache hit is
    resolved first, so the chunk starts after the cached pages (a chunk sized before the hit is
    known would be cut too short, or start at the wrong token).
@@ -61,6 +68,9 @@ ends within
 
 sum(max_tokens) when B - M + 1 is at least the longest prompt (each prompt in one step: the bound
 of tasks 9 and 10, every step makes a token), sum(len(prompt) + max_tokens - 1) at B = M = 1.
+Speculative decoding keeps the bound: guesses take only budget left after the chunks and pages
+left free, and a decode that verifies guesses still makes at least its one token (it may make
+more, so a workload can only end sooner).
 """
 from __future__ import annotations
 
@@ -68,6 +78,7 @@ from collections import deque
 
 from mini_engine.block_manager import BlockManager, cdiv
 from mini_engine.config import EngineConfig
+from mini_engine.proposer import NgramProposer
 from mini_engine.sequence import Sequence, State
 
 
@@ -87,6 +98,10 @@ class Scheduler:
         self.enable_chunked_prefill = config.enable_chunked_prefill
         self.token_budget = config.max_num_batched_tokens   # left in the step being scheduled
         self.pad_finished = config.pad_finished and config.policy == "static"
+        self.max_model_len = config.max_model_len
+        self.proposer = (NgramProposer(config.num_speculative_tokens, config.prompt_lookup_min,
+                                       config.prompt_lookup_max)
+                         if config.num_speculative_tokens else None)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []      # in admission order: the newest is last
         self.num_preemptions = 0
@@ -103,6 +118,7 @@ class Scheduler:
         with its num_scheduled_tokens and the pages for them."""
         for seq in self.running:
             seq.num_scheduled_tokens = 0
+            seq.spec_token_ids = []
         self.token_budget = self.max_num_batched_tokens       # left to spend in this step
         for seq in list(self.running):                        # 1. decodes and padding rows
             if seq in self.running and (seq.is_padding or seq.is_decoding):
@@ -116,6 +132,10 @@ class Scheduler:
             if seq.num_scheduled_tokens and not seq.is_padding:
                 self.block_manager.register_full_pages(
                     seq, seq.num_cached + seq.num_scheduled_tokens)
+        if self.proposer:             # after the registration: no guess enters the cache
+            for seq in self.running:
+                if seq.num_scheduled_tokens and seq.is_decoding:
+                    self._schedule_guesses(seq)
         if self.policy == "continuous" or not self.running:
             self._admit()                                     # 3. waiting requests
         return [seq for seq in self.running if seq.num_scheduled_tokens]
@@ -145,6 +165,23 @@ class Scheduler:
             self.block_manager.allocate(seq, seq.num_cached + num_tokens)
         seq.num_scheduled_tokens = num_tokens
         self.token_budget -= num_tokens
+
+    def _schedule_guesses(self, seq: Sequence) -> None:
+        """A decoding request's guesses, verified in this step after its last token (task 12).
+        They are cut so that everything the step may keep fits: all g guesses and the model's
+        token after them within max_tokens and max_model_len; g tokens of the budget left; the
+        pages free now (a guess never preempts anyone: it is only a guess)."""
+        limit = min(self.token_budget, seq.max_tokens - len(seq.output_ids) - 1,
+                    self.max_model_len - seq.num_tokens - 1)
+        guesses = self.proposer.propose(seq.token_ids, limit) if limit > 0 else []
+        while guesses and not self.block_manager.can_allocate(
+                seq, seq.num_cached + 1 + len(guesses)):
+            guesses.pop()
+        if guesses:
+            self.block_manager.allocate(seq, seq.num_cached + 1 + len(guesses))
+            seq.spec_token_ids = guesses
+            seq.num_scheduled_tokens += len(guesses)
+            self.token_budget -= len(guesses)
 
     def _victim(self) -> Sequence:
         """Who gives up their pages: the newest padding row (dropping it loses nothing), else the
@@ -177,6 +214,7 @@ class Scheduler:
         self.block_manager.free(seq)
         self.token_budget += seq.num_scheduled_tokens
         seq.num_scheduled_tokens = 0
+        seq.spec_token_ids = []
 
     def _preempt(self, seq: Sequence) -> None:
         self._remove(seq)

@@ -5,7 +5,9 @@ what was generated) against tokens whose K/V is computed (num_cached), as vLLM V
 step computes the next num_scheduled_tokens of them; when that reaches the last known token,
 its logits make the next token. A request "decodes" when one token is left to compute, the one
 it just made; before that it is in its prefill (a prompt, or a preempted request's prompt and
-output computed again), possibly cut into chunks across steps."""
+output computed again), possibly cut into chunks across steps. With speculative decoding a
+decoding request also computes its guesses (spec_token_ids) after that token; the ones the model
+agrees with become its tokens, the rest are dropped with their K/V (mini_engine/engine.py)."""
 from __future__ import annotations
 
 import enum
@@ -31,8 +33,15 @@ class Sequence:
     num_cached: int = 0           # tokens whose K and V are in the pool
     num_cached_at_admission: int = 0   # of them, found in the prefix cache when last admitted
     num_scheduled_tokens: int = 0 # tokens this step computes: token_ids[num_cached:num_cached + n]
+                                  # then its guesses (1 + len(spec_token_ids) for a decode)
+    spec_token_ids: list[int] = field(default_factory=list)   # this step's guesses (task 12):
+                                  # computed after its last token, not its tokens until kept
     page_hashes: list = field(default_factory=list)   # prefix hash of each full page, chained
     num_registered: int = 0       # full pages put in the prefix cache so far
+    output_was_guess: list[bool] = field(default_factory=list)   # per output token: an accepted
+                                  # guess (True) or the model's own token (False)
+    num_draft_tokens: int = 0     # guesses verified over its life (vLLM's num_draft_tokens)
+    num_accepted_tokens: int = 0  # of them, kept (vLLM's num_accepted_tokens)
     state: State = State.WAITING
     is_padding: bool = False      # static batching: finished, but its row is still computed
     num_preemptions: int = 0

@@ -213,7 +213,7 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(model):
         out = None
         for start, end in chunks:
             batch = make_batch([RequestChunk(ids[start:end], start, table,
-                                             is_sampled=end == len(ids))], PAGE,
+                                             num_logits=int(end == len(ids)))], PAGE,
                                model.heads_per_kv, model.dtype)
             (group,) = batch.groups
             assert group.context_len == end        # the context ends at the chunk's last token

@@ -36,6 +36,27 @@ and at the end:
 
 Half the cases turn the prefix cache on, and the workloads share a drawn prefix (a system prompt),
 whole or in part, so pages are shared, hit, kept after their requests end and evicted.
+
+Speculative decoding (issue 24), test_speculative_decoding_changes_no_token: the same engine
+settings with k = 1..8 guesses a decode, the n-gram proposer's min and max n drawn, and
+repetitive prompts (a few token ids drawn per case, the prompts made of them), so the proposer
+finds matches; the tiny model's greedy output repeats its last token, and mostly, not always:
+guesses are kept and rejected. EOS is off, held off by min_tokens in every row, or allowed from
+a drawn min_tokens on. Checked at every step:
+- pages conserved (check_pages), a running request holding cdiv(num_cached, page_size) pages
+  (rejected guesses' pages given back), a decoding row rolled back to num_tokens - 1 cached, no
+  page registered before its K/V is computed, and a registered page in a page table holding
+  that request's tokens (so never a rejected guess);
+- no step over the budget or the cap; nothing preempted while the pool had room;
+- a decoding row computes its token and g guesses, g at most what the proposer proposes on its
+  tokens cut at max_tokens and max_model_len, and fewer only when the step spent the whole
+  budget or every page (a guess never preempts); it gains 1 to g + 1 tokens, the kept guesses
+  a prefix of the proposal, flagged in output_was_guess; a prefill chunk gains at most 1;
+- the step's draft and accepted counts are the sums of its rows';
+and at the end: every workload ended within scheduler.step_bound (a decode makes at least its
+one token), each request has exactly its tokens when EOS is off or held off, its greedy tokens
+are those it makes alone without speculation (run_alone), accepted <= draft for every request
+and summed over the steps, and every page is free.
 """
 from __future__ import annotations
 
@@ -46,6 +67,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.block_manager import cdiv
+from mini_engine.proposer import NgramProposer
 from mini_engine.scheduler import step_bound
 
 MAX_MODEL_LEN = 40      # short, so a drawn workload fills a small pool quickly
@@ -245,3 +267,170 @@ def test_a_pool_of_one_request_with_more_requests_than_the_cap_ends(model, polic
     assert [len(s.output_ids) for s in seqs] == [4, 25] * 3
     assert [s.output_ids for s in seqs] == [run_alone(model, p, n, n, ()) for p, n in workload]
     assert eng.block_manager.num_free == eng.num_pages
+
+
+# --- speculative decoding (issue 24) --------------------------------------------------------------
+@st.composite
+def repetitive_requests(draw, alphabet: tuple, shared: tuple):
+    """A prompt of the case's few token ids (after the shared prefix, or a part of it), so its
+    n-grams recur and the proposer has something to find."""
+    head = shared[:draw(st.integers(0, len(shared)))]
+    tail_len = draw(st.integers(0 if head else 1, 24 - len(head)))
+    prompt = head + tuple(draw(st.lists(st.sampled_from(alphabet), min_size=tail_len,
+                                        max_size=tail_len)))
+    room = MAX_MODEL_LEN - len(prompt)
+    # half the draws from the longer half: a guess needs a decode or two before it (hypothesis
+    # leans to small integers, and a request of 1 to 3 tokens rarely guesses)
+    return prompt, draw(st.integers(1, room) | st.integers(max(1, room // 2), room))
+
+
+@st.composite
+def spec_cases(draw):
+    page_size = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
+    one_request = cdiv(MAX_MODEL_LEN, page_size)      # the least budget the engine accepts
+    alphabet = tuple(draw(st.lists(st.integers(1, 49151), min_size=2, max_size=4, unique=True)))
+    shared = tuple(draw(st.lists(st.sampled_from(alphabet), max_size=16)))
+    workload = draw(st.lists(repetitive_requests(alphabet, shared), min_size=1, max_size=5))
+    n_min = draw(st.integers(1, 3))
+    eos = draw(st.sampled_from(["off", "held off", "allowed"]))
+    return {"workload": workload,
+            # per request: min_tokens (EOS "held off": all its tokens; "allowed": from a draw)
+            "min_tokens": [n if eos == "held off" else
+                           draw(st.integers(0, n)) if eos == "allowed" else 0
+                           for _, n in workload],
+            "eos": eos,
+            "k": draw(st.integers(1, 8)),
+            "n": (n_min, draw(st.integers(n_min, 5))),
+            "prefix_caching": draw(st.booleans()),
+            "page_size": page_size,
+            "num_pages": draw(st.integers(one_request, 3 * one_request)),
+            "max_batch": (max_batch := draw(st.integers(1, 5))),
+            "policy": draw(st.sampled_from(["continuous", "static"])),
+            "pad_finished": draw(st.booleans()),
+            "chunking": (chunking := not draw(st.booleans())),
+            "budget": draw(st.sampled_from([0, 1, 2, 5, 13, ROOMY_BUDGET])
+                           .map(lambda extra, least=max_batch if chunking else MAX_MODEL_LEN:
+                                least + extra))}
+
+
+def check_spec_step(eng: LLMEngine, case: dict, before: dict, proposer: NgramProposer) -> set:
+    """This step's rows against the rules of speculative decoding (the test's docstring).
+    before: seq_id -> (outputs, was decoding, token ids, preemptions) at the step's start (a
+    request preempted in the step and admitted again computes a prefill, not a decode). Returns
+    what the step reached, for the events."""
+    step, page_size, reached = eng.steps[-1], case["page_size"], set()
+    assert step.num_tokens == sum(step.num_scheduled_tokens) \
+        == step.num_prefill_tokens + step.num_decode_tokens
+    assert 1 <= step.num_tokens <= case["budget"], "a step over the token budget"
+    assert 1 <= step.num_live and step.num_rows <= case["max_batch"]
+    assert min(step.num_scheduled_tokens) >= 1, "a row that computes nothing"
+    assert 0 <= step.num_accepted_tokens <= step.num_draft_tokens <= step.num_decode_tokens
+    assert len(step.num_output_tokens) == step.num_rows
+    num_draft = num_accepted = 0
+    for seq_id, n, gained in zip(step.seq_ids, step.num_scheduled_tokens, step.num_output_tokens):
+        seq = eng.sequences[seq_id]
+        num_out, decoding, tokens, num_preemptions = before[seq_id]
+        decoding = decoding and seq.num_preemptions == num_preemptions   # not preempted here
+        assert len(seq.output_ids) - num_out == gained, "num_output_tokens is not what it gained"
+        if seq_id in step.padding_ids:
+            assert n == 1 and gained == 0
+            continue
+        if not decoding:                  # a prefill chunk: no guesses, a token at most
+            assert gained <= 1
+            continue
+        guesses = n - 1
+        cap = min(seq.max_tokens - num_out - 1, MAX_MODEL_LEN - len(tokens) - 1)
+        proposal = proposer.propose(list(tokens), max(cap, 0))
+        assert guesses <= len(proposal), \
+            f"request {seq_id}: {guesses} guesses, the proposer cut at max_tokens and " \
+            f"max_model_len has {len(proposal)}"
+        if guesses < len(proposal):
+            assert step.num_tokens == case["budget"] or step.num_pages_used == eng.num_pages, \
+                f"request {seq_id}'s guesses cut with budget and pages left"
+            reached.add("budget" if step.num_tokens == case["budget"] else "pages")
+        elif len(proposal) < len(proposer.propose(list(tokens))):
+            reached.add("max_tokens")
+        assert 1 <= gained <= n, f"request {seq_id} decoded and gained {gained} of {n}"
+        flags = seq.output_was_guess[num_out:]
+        accepted = sum(flags)
+        # the kept guesses, then the model's token (none after a guess that was an EOS)
+        assert flags == [True] * accepted + [False] * (gained - accepted)
+        assert gained - 1 <= accepted <= guesses
+        assert seq.output_ids[num_out:num_out + accepted] == proposal[:accepted]
+        num_draft, num_accepted = num_draft + guesses, num_accepted + accepted
+        if seq in eng.scheduler.running and not seq.is_padding:
+            assert seq.num_cached == seq.num_tokens - 1, f"request {seq_id} not rolled back"
+    assert (num_draft, num_accepted) == (step.num_draft_tokens, step.num_accepted_tokens)
+    for seq in eng.sequences:
+        if seq.seq_id not in step.seq_ids:
+            assert len(seq.output_ids) == before[seq.seq_id][0], \
+                f"request {seq.seq_id} made a token in a step it was not computed"
+    bm = eng.block_manager
+    for seq in eng.scheduler.running:
+        assert len(seq.page_table) == cdiv(seq.num_cached, page_size), \
+            "pages held for tokens not computed (a rejected guess's page kept?)"
+        assert seq.num_registered <= seq.num_cached // page_size, \
+            "a page registered in the prefix cache before its K/V was computed"
+        for i, page in enumerate(seq.page_table):
+            if bm.blocks[page].hash is not None:
+                assert bm.blocks[page].token_ids == tuple(
+                    seq.token_ids[i * page_size:(i + 1) * page_size]), \
+                    "a cached page holds tokens its request does not have (a rejected guess?)"
+    return reached
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.data_too_large])
+@given(case=spec_cases())
+def test_speculative_decoding_changes_no_token(model, case):
+    eos = () if case["eos"] == "off" else tuple(EOS_IDS)
+    eng = LLMEngine(model, list(eos), EngineConfig(
+        kv_bytes=kv_bytes(model, case["num_pages"], case["page_size"]),
+        page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
+        policy=case["policy"], pad_finished=case["pad_finished"],
+        enable_prefix_caching=case["prefix_caching"],
+        max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
+        num_speculative_tokens=case["k"], prompt_lookup_min=case["n"][0],
+        prompt_lookup_max=case["n"][1]))
+    proposer = NgramProposer(case["k"], *case["n"])
+    seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"],
+                                                                case["min_tokens"])]
+    bound = step_bound([len(p) for p, _ in case["workload"]], [n for _, n in case["workload"]],
+                       case["budget"], case["max_batch"])
+    reached = set()
+    while eng.scheduler.has_work:
+        assert len(eng.steps) < bound, f"no end within {bound} steps (scheduler.step_bound)"
+        roomy, preempted = room_for_running(eng), eng.scheduler.num_preemptions
+        before = {s.seq_id: (len(s.output_ids), s in eng.scheduler.running and s.is_decoding,
+                             tuple(s.token_ids), s.num_preemptions) for s in seqs}
+        eng.step()
+        assert not (roomy and eng.scheduler.num_preemptions > preempted), \
+            "preempted while the pool had room for every running request"
+        reached |= check_spec_step(eng, case, before, proposer)
+        check_pages(eng)
+    assert eng.block_manager.num_free == eng.num_pages
+    assert all(b.ref_count == 0 for b in eng.block_manager.blocks)
+    for seq, (prompt, n), m in zip(seqs, case["workload"], case["min_tokens"]):
+        assert seq.state is State.FINISHED and seq.page_table == []
+        if case["eos"] != "allowed":
+            assert len(seq.output_ids) == n
+        else:
+            assert 1 <= len(seq.output_ids) <= n
+            assert len(seq.output_ids) == n or seq.output_ids[-1] in eos
+        assert len(seq.token_times_s) == len(seq.output_ids) == len(seq.output_was_guess)
+        assert seq.num_accepted_tokens <= seq.num_draft_tokens
+        assert sum(seq.output_was_guess) == seq.num_accepted_tokens
+        assert seq.output_ids == run_alone(model, prompt, n, m, eos)
+    assert sum(s.num_draft_tokens for s in eng.steps) == sum(s.num_draft_tokens for s in seqs)
+    assert sum(s.num_accepted_tokens for s in eng.steps) == \
+        sum(s.num_accepted_tokens for s in seqs)
+    # what the cases reached (pytest --hypothesis-show-statistics lists them)
+    num_draft = sum(s.num_draft_tokens for s in seqs)
+    num_accepted = sum(s.num_accepted_tokens for s in seqs)
+    event(f"guesses kept: {num_accepted > 0}, rejected: {num_draft > num_accepted}")
+    event(f"preempted with guesses made: {eng.scheduler.num_preemptions > 0 and num_draft > 0}")
+    for why in sorted(reached):
+        event(f"guesses cut by {why}")
+    event(f"EOS {case['eos']}")
+    event(f"an EOS among the kept guesses: "
+          f"{any(s.output_was_guess[-1:] == [True] and s.output_ids[-1] in eos for s in seqs)}")

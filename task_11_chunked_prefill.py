@@ -38,15 +38,15 @@ import time
 
 from common import cli, figures, load, metrics, report, results, server, settings
 from common.shape import ModelShape
+from common.texts import source_text
 from lessons import task_11_report
 from lessons.task_11_figure import draw_chunking
 from lessons.task_11_load import (iteration_tokens, prefill_steps, staggered_load,
                                   tokens_at_arrival)
 from lessons.task_11_record import (ChunkedPrefill, Correctness, EngineRun, Latency, ServerRun,
                                     Settings, Timeline, label_of, summary_row)
-from lessons.task_11_workloads import (MAX_MODEL_LEN, Workload, check_fits,
-                                       choose_max_model_len, kv_budget_bytes, make_workload,
-                                       source_text)
+from lessons.task_11_workloads import (LONG_DOCS, MAX_MODEL_LEN, Workload, check_fits,
+                                       choose_max_model_len, kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.engine import eos_token_ids
 
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> ChunkedPrefill:
     eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     task_11_report.print_run_info(model_choice, dtype, header.threads, s, w.shape(),
-                                  source_text()[2])
+                                  source_text(LONG_DOCS)[2])
 
     progress("Part 1: each budget against no chunking (fp32)...")
     correct = check_correct(model_choice.path, tokenizer, eos_ids, w, s)

@@ -30,6 +30,7 @@ class RequestResult:
     # when each streamed chunk came, in seconds after start_s: vLLM streams a chunk a request a
     # step (its text may be empty while the detokenizer waits for the rest of a character)
     token_times_s: list[float] = field(default_factory=list)
+    text: str = ""                # the answer as streamed, its chunks joined
 
     @property
     def tpot_s(self) -> float:
@@ -43,25 +44,30 @@ class RequestResult:
         return [b - a for a, b in zip(times, times[1:])]
 
 
-def completion_payload(model: str, prompt: str, max_tokens: int, stream: bool) -> dict:
+def completion_payload(model: str, prompt: str, max_tokens: int, stream: bool,
+                       temperature: float | None = None) -> dict:
     """The /v1/completions body of the lab. min_tokens (a vLLM extension) holds the
-    end-of-sequence token off, so every request generates max_tokens, as in tasks 1-2."""
+    end-of-sequence token off, so every request generates max_tokens, as in tasks 1-2.
+    temperature: the lab's settings.TEMPERATURE unless given (0: greedy, as task 12 compares
+    answers token for token)."""
     payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-               "temperature": settings.TEMPERATURE, "min_tokens": max_tokens}
+               "temperature": settings.TEMPERATURE if temperature is None else temperature,
+               "min_tokens": max_tokens}
     if stream:
         payload.update(stream=True, stream_options={"include_usage": True})
     return payload
 
 
 async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: str, prompt: str,
-                         max_tokens: int) -> RequestResult:
+                         max_tokens: int, temperature: float | None = None) -> RequestResult:
     start = time.perf_counter()
     ttft = None
     usage = {}
     times: list[float] = []
+    texts: list[str] = []
+    payload = completion_payload(model, prompt, max_tokens, True, temperature)
     try:
-        async with session.post(f"{base_url}/v1/completions",
-                                json=completion_payload(model, prompt, max_tokens, True)) as resp:
+        async with session.post(f"{base_url}/v1/completions", json=payload) as resp:
             if resp.status != 200:
                 body = await resp.text()
                 try:
@@ -83,6 +89,7 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
                 choices = chunk.get("choices") or []
                 if choices:   # one chunk a step, as vllm bench serve counts them for its ITL
                     times.append(time.perf_counter() - start)
+                    texts.append(choices[0].get("text") or "")
                     if ttft is None and choices[0].get("text"):
                         ttft = times[-1]
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
@@ -90,7 +97,7 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
     latency = time.perf_counter() - start
     return RequestResult(True, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0),
                          ttft if ttft is not None else latency, latency, start_s=start,
-                         token_times_s=times)
+                         token_times_s=times, text="".join(texts))
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -163,25 +170,26 @@ class LoadLevel(results.Record):
 
 
 async def _run(base_url: str, model: str, prompts: list[str], max_tokens: int,
-               concurrent: bool) -> LoadLevel:
+               concurrent: bool, temperature: float | None) -> LoadLevel:
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)   # no client-side cap on concurrent requests
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         start = time.perf_counter()
         if concurrent:
             requests = await asyncio.gather(*(send_streaming(session, base_url, model, p,
-                                                             max_tokens) for p in prompts))
+                                                             max_tokens, temperature)
+                                              for p in prompts))
         else:
-            requests = [await send_streaming(session, base_url, model, p, max_tokens)
+            requests = [await send_streaming(session, base_url, model, p, max_tokens, temperature)
                         for p in prompts]
         return LoadLevel.of(list(requests), time.perf_counter() - start, concurrent)
 
 
 def run_level(base_url: str, model: str, prompts: list[str], max_tokens: int,
-              concurrent: bool = True) -> LoadLevel:
+              concurrent: bool = True, temperature: float | None = None) -> LoadLevel:
     """Send every prompt at once (concurrent) or one after another; wait for all. One user per
-    prompt: the level's num_users is len(prompts)."""
-    return asyncio.run(_run(base_url, model, prompts, max_tokens, concurrent))
+    prompt: the level's num_users is len(prompts). temperature: completion_payload's."""
+    return asyncio.run(_run(base_url, model, prompts, max_tokens, concurrent, temperature))
 
 
 def user_prompts(num_users: int) -> list[str]:

@@ -5,17 +5,15 @@ requests ("Summarise: " and a window of a real text the machine already has, the
 of tokens (EOS held off). Also the KV budget that holds the whole workload at once."""
 from __future__ import annotations
 
-import sysconfig
 from dataclasses import dataclass
-from pathlib import Path
 
 from common import cli, kv, load, settings
 from common.shape import read_config
+from common.texts import source_text, templated
 from lessons.task_11_record import WorkloadShape
 
-GPL_3 = Path("/usr/share/common-licenses/GPL-3")       # Debian and Ubuntu ship it
-PYTHON_LICENSE = Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt"   # every CPython has it
 INSTRUCTION = "Summarise: "
+LONG_DOCS = "the long documents"    # what is cut from the text (common/texts.py)
 MAX_MODEL_LEN = 2048    # holds a long document; vLLM's server budget on CPU (--no-enable-chunked-
                         # prefill needs a budget of at least max_model_len: 2048 is both)
 MIB = 1024 * 1024
@@ -41,26 +39,10 @@ class Workload:
         return self.chat_prompts + self.long_prompts
 
 
-def source_text() -> tuple[Path, str, str | None]:
-    """(path, text with its whitespace squeezed, a note when it is not the GPL-3): the GPL-3,
-    else Python's own LICENSE.txt; neither is one line and exit 2."""
-    for path, note in ((GPL_3, None), (PYTHON_LICENSE, f"{GPL_3} not found: the long documents "
-                                                       f"are cut from {PYTHON_LICENSE} instead")):
-        if path.is_file():
-            return path, " ".join(path.read_text(errors="replace").split()), note
-    cli.fail(f"no text to cut the long documents from: neither {GPL_3} nor {PYTHON_LICENSE} "
-             "exists")
-
-
-def templated(tokenizer, question: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                         add_generation_prompt=True, tokenize=False)
-
-
 def make_workload(tokenizer, num_chats: int, num_long: int, long_tokens: int) -> Workload:
     """The lab's prompt and questions as chats; num_long documents, each the next long_tokens
     tokens of the text (distinct windows: no two share a prefix past the chat template)."""
-    path, text, _ = source_text()
+    path, text, _ = source_text(LONG_DOCS)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if num_long * long_tokens > len(ids):
         cli.fail(f"--long-docs {num_long} x --long-tokens {long_tokens} is more than the "

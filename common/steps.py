@@ -107,6 +107,10 @@ STEPS: list[Step] = [
                                             "--long-docs", "1", "--long-tokens", "600",
                                             "--long-output", "8"),
          own_engines=True),
+    # task 12 starts the lab's server itself, speculation off then on, and stops it after;
+    # --quick: one k (4), 4 requests of 24 tokens, the same two server starts
+    Step("task_12_speculative_decoding.py", "12", "Speculative decoding",
+         args=("--port", PORT), quick_args=("--quick",), own_engines=True),
 ]
 
 

@@ -25,6 +25,7 @@ from tests import hand_results as hand
 from tests import test_task_9 as task_9_tests
 from tests import test_task_10 as task_10_tests
 from tests import test_task_11 as task_11_tests
+from tests import test_task_12 as task_12_tests
 from tests import test_tasks_6_7 as tasks_6_7
 
 
@@ -51,7 +52,7 @@ HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")
 
 
 def save_hand_results() -> dict[str, results.Result]:
-    """Small results, typed in as the scripts save them, for tasks 1, 2, 6, 7, 9-11 and the
+    """Small results, typed in as the scripts save them, for tasks 1, 2, 6, 7, 9-12 and the
     summary (its roofline placed by roofline.place from them); returns them as loaded back."""
     hand.save("task_1_hf_baseline", task1.HFBaseline, HEADER, tokens_per_s=15.0,
               total_time_s=50 / 15, generated_tokens=50)
@@ -61,6 +62,7 @@ def save_hand_results() -> dict[str, results.Result]:
     results.save("task_9_build_your_own_engine", nine)
     results.save("task_10_prefix_caching", task_10_tests.hand_result())
     results.save("task_11_chunked_prefill", task_11_tests.hand_result())
+    results.save("task_12_speculative_decoding", task_12_tests.hand_result())
     res, _ = summary.load_all()
     cost = rl.model_cost(SMOL, "float32", 4)
     machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
@@ -97,13 +99,15 @@ def test_roofline_points_label_every_measured_step():
 def test_the_report_page_follows_the_steps_list():
     names = [part.name for part in html_report.sections()]
     assert names == [c[0].removesuffix(".py") for c in lab.steps(8000)] + ["summary"]
-    # the figures issues 19 and 23 ask for: tasks 3, 4, 6, 7, 9 (two), 10, 11 and the roofline
+    # the figures issues 19, 23 and 24 ask for: tasks 3, 4, 6, 7, 9 (two), 10, 11, 12 and the
+    # roofline
     assert {p.name: [suffix for suffix, _ in p.entries]
             for p in html_report.sections() if p.entries} == {
         "task_3_kv_cache_problem": [""], "task_4_paged_attention": [""],
         "task_6_multi_user_load": [""], "task_7_tuning": [""],
         "task_9_build_your_own_engine": ["", "phases"], "task_10_prefix_caching": [""],
-        "task_11_chunked_prefill": [""], "summary": [""]}
+        "task_11_chunked_prefill": [""], "task_12_speculative_decoding": [""],
+        "summary": [""]}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +128,7 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption():
             hand.assert_figure_reads_well(fig, r, (part.name, suffix))
             figures.plt().close(fig)
             drawn += 1
-    assert drawn == 7   # tasks 6, 7, 9 (two), 10, 11 and the summary's roofline
+    assert drawn == 8   # tasks 6, 7, 9 (two), 10, 11, 12 and the summary's roofline
 
 
 def test_an_axes_without_labels_fails_the_label_check():
@@ -160,7 +164,7 @@ def test_report_page_leads_with_the_table_then_figures_then_folded_reports(model
     assert "<td>not run yet: python task_5_api_server.py</td>" in page[table:figs]
     # every image is a figure, above the reports; every report folded, one per section
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 8                           # tasks 3, 6, 7, 9 (2), 10, 11, summary
+    assert len(images) == 9                     # tasks 3, 6, 7, 9 (2), 10, 11, 12, summary
     assert all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert page.rindex("<img ") < reports
     folded = re.findall(r'<details id="([a-z0-9_]+)"><summary>', page)
@@ -195,7 +199,7 @@ def test_report_page_in_a_real_browser(model_args, tmp_path, capsys):
         driver.set_window_size(1000, 1300)
         driver.get(page.as_uri())
         images = driver.find_elements(By.TAG_NAME, "img")
-        assert len(images) == 9                       # task 4's too
+        assert len(images) == 10                      # task 4's too
         widths = [driver.execute_script("return arguments[0].complete && "
                                         "arguments[0].naturalWidth", img) for img in images]
         assert all(w and w > 0 for w in widths), widths

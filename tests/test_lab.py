@@ -57,9 +57,10 @@ def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
         ["task_7_tuning.py", "--port", "8123"],
         ["task_8_dashboard.py", "--once", "--load", "20", "--max-tokens", "20",
          "--server-port", "8123"], ["task_10_prefix_caching.py", "--port", "8123"],
-        ["task_11_chunked_prefill.py", "--port", "8123"]]
+        ["task_11_chunked_prefill.py", "--port", "8123"],
+        ["task_12_speculative_decoding.py", "--port", "8123"]]
     assert lab.OWN_ENGINES == {"task_9_build_your_own_engine.py", "task_10_prefix_caching.py",
-                               "task_11_chunked_prefill.py"}
+                               "task_11_chunked_prefill.py", "task_12_speculative_decoding.py"}
 
 
 @dataclass
@@ -115,7 +116,7 @@ class TestTheWholeLabOnTheRealModel:
             "task_3_kv_cache_problem.py", "task_4_paged_attention.py", "task_5_api_server.py",
             "task_6_multi_user_load.py", "task_7_tuning.py", "task_8_dashboard.py",
             "task_9_build_your_own_engine.py", "task_10_prefix_caching.py",
-            "task_11_chunked_prefill.py"]
+            "task_11_chunked_prefill.py", "task_12_speculative_decoding.py"]
         for step in run["steps"]:
             assert step["exit_code"] == 0 and step["seconds"] > 0, step
 
@@ -135,6 +136,7 @@ class TestTheWholeLabOnTheRealModel:
         assert args["task_11_chunked_prefill.py"] == [
             "--port", port, "--budgets", "64", "--chat-output", "24", "--long-docs", "1",
             "--long-tokens", "600", "--long-output", "8"]
+        assert args["task_12_speculative_decoding.py"] == ["--port", port, "--quick"]
 
     def test_every_step_stays_in_the_memory_budget(self, lab_run):
         run = lab_run.saved("lab_run")
@@ -308,6 +310,34 @@ class TestTheWholeLabOnTheRealModel:
         assert sum(n for b, n in server[1]["steps"]["steps_by_bucket"].items()
                    if int(b) > 64) >= 1
         assert all(8 <= r["num_chat_tokens_at_arrival"] <= 10 for r in server)
+
+    def test_task_12_guesses_and_changes_no_token(self, lab_run):
+        # task 12 (--quick: k = 4, 4 requests, 24 tokens an answer): in fp32 every request of
+        # both workloads identical with speculation on and off, token for token, with guesses
+        # kept; every decoded token counted once in the steps' histogram (23 of each answer's
+        # 24: its first comes from its prompt); vLLM's server off, then on with its ngram: every
+        # request answered, its speculation counters read from /metrics only when on
+        t12 = lab_run.saved("task_12_speculative_decoding")
+        assert t12["settings"]["ks"] == [4] and t12["settings"]["vllm_k"] == 4
+        assert [(c["workload"], c["k"], c["num_identical"], c["num_tokens_identical"])
+                for c in t12["correct"]] == [("copy", 4, 4, 96), ("chat", 4, 4, 96)]
+        assert t12["correct"][0]["num_accepted_tokens"] > 0
+        runs = t12["mini_engine"]
+        assert [(r["workload"], r["is_concurrent"], r["num_requests"], r["k"]) for r in runs] == [
+            (name, c, 4 if c else 2, k) for name in ("copy", "chat") for c in (False, True)
+            for k in (0, 4)]
+        for r in runs:
+            assert sum((i + 1) * n for i, n in enumerate(r["steps_by_tokens"])) == \
+                r["num_requests"] * 23
+            assert r["num_accepted_tokens"] == sum(i * n for i, n in
+                                                   enumerate(r["steps_by_tokens"]))
+        assert [len(a["tokens"]) for a in t12["answers"]] == [24, 24]
+        server = t12["vllm"]
+        assert [(r["k"], r["level"]["num_ok"]) for r in server] == [
+            (0, 2), (0, 4), (0, 2), (0, 4), (4, 2), (4, 4), (4, 2), (4, 4)]
+        assert all("num_draft_tokens" not in r for r in server[:4])
+        assert all(0 <= r["num_accepted_tokens"] <= r["num_draft_tokens"] for r in server[4:])
+        assert server[4]["num_accepted_tokens"] > 0                # the copy workload's guesses
 
     def test_the_summary_has_every_row_and_the_roofline(self, lab_run):
         s = lab_run.saved("summary")

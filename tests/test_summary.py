@@ -307,7 +307,7 @@ def test_summary_rows_from_saved_results():
     assert [r["source"] for r in saved] == [
         "-", "10.5 tok/s", "11.9 tok/s (1.1x)", "utilisation 20.3%",
         "utilisation 95.4%, users 4.8x", "/v1/completions, 3.83 s", "20 users 163.4 tok/s (12.6x)",
-        "A 95.2 / B 101.9 / C 53.6 tok/s", "-", "-", "-", "-"]
+        "A 95.2 / B 101.9 / C 53.6 tok/s", "-", "-", "-", "-", "-"]
     assert "(source: 11.9 tok/s (1.1x))" in proc.stdout
     assert rows == [
         ("0", "Environment check", "5/5 passed"),
@@ -323,6 +323,7 @@ def test_summary_rows_from_saved_results():
         # 2,480 of 3,364 prompt tokens from the cache: 73.7%, shown as 74%
         ("10", "Prefix caching", "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"),
         ("11", "Chunked prefill", "not run yet: python task_11_chunked_prefill.py"),
+        ("12", "Speculative decoding", "not run yet: python task_12_speculative_decoding.py"),
     ]
     assert "Model, dtype:                     SmolLM2-135M-Instruct, bfloat16" in proc.stdout
     assert "Cores (threads):                  2 (this machine)" not in proc.stdout

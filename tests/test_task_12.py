@@ -1,0 +1,454 @@
+"""Task 12: its record built by hand (hand_result), saved and read back whole, its figures
+that follow from others (accepted share, tokens a step, speed-ups), the summary's row, the
+insight lines both ways, its figure and its report printed from the record; end to end on the
+tiny model (main() with --no-vllm: tokens identical with speculation on and off, every token
+counted once in the steps' histogram), and its vLLM part against a tiny-model server; its bad
+flags. Counts of tokens and steps are asserted, worked out by hand; never times."""
+from __future__ import annotations
+
+import pytest
+
+import task_12_speculative_decoding as task12
+from common import figures, results, server, steps
+from common.load import LoadLevel
+from lessons import task_12_report
+from lessons.task_12_figure import NEWLINE, text_grid
+from lessons.task_12_record import (Answer, Check, EngineRun, ServerRun, Settings,
+                                    SpeculativeDecoding, WorkloadShape, summary_row)
+from tests.conftest import assert_fits
+from tests.hand_results import assert_figure_reads_well
+
+HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
+KS = [2, 4, 8]
+N = 16                      # requests at once
+ONE = 2                     # requests one at a time
+OUTPUT = 64                 # tokens an answer: 63 of them made by decode rows
+
+# the hand-made runs: (workload, at once?) -> k -> (tokens/s, the decoding rows by the tokens
+# they gained: [1, 2, ..., k + 1], steps, guesses verified or None for k x rows). Each list adds
+# up to every decoded token: 2 x 63 = 126 one at a time, 16 x 63 = 1,008 at once.
+RUNS = {
+    ("copy", False): {0: (40.0, [126], 128, None),
+                      2: (80.0, [6, 15, 30], 53, None),              # 6 + 30 + 90 = 126
+                      4: (100.0, [4, 2, 2, 3, 20], 33, None),        # 4 + 4 + 6 + 12 + 100
+                      8: (80.0, [4, 2, 1, 2, 1, 1, 1, 1, 9], 25, None)},
+    ("copy", True): {0: (320.0, [1008], 64, None),
+                     2: (384.0, [48, 120, 240], 27, None),           # 48 + 240 + 720
+                     4: (288.0, [32, 16, 16, 24, 160], 17, None),    # 32 + 32 + 48 + 96 + 800
+                     8: (224.0, [32, 16, 8, 16, 8, 8, 8, 8, 72], 12, None)},
+    ("chat", False): {0: (40.0, [126], 128, None),
+                      2: (42.0, [100, 10, 2], 114, 60),             # 100 + 20 + 6
+                      4: (40.8, [104, 6, 2, 1, 0], 115, 80),        # 104 + 12 + 6 + 4
+                      8: (36.0, [106, 4, 1, 0, 0, 0, 0, 0, 1], 114, 96)},
+    ("chat", True): {0: (320.0, [1008], 64, None),
+                     2: (304.0, [840, 72, 8], 60, 500),             # 840 + 144 + 24
+                     4: (256.0, [860, 50, 10, 2, 2], 58, 600),      # 860 + 100 + 30 + 8 + 10
+                     8: (240.0, [878, 40, 8, 2, 0, 0, 0, 0, 2], 58, 800)},
+}
+# vLLM: (workload, at once?) -> (off tokens/s, on tokens/s, guesses, accepted, same text)
+VLLM = {("copy", False): (64.0, 160.0, 124, 95, 2),
+        ("copy", True): (278.0, 250.2, 1000, 700, 16),
+        ("chat", False): (64.0, 60.8, 40, 4, 2),
+        ("chat", True): (278.0, 222.4, 640, 64, 15)}
+COPY_WORDS = (" The GNU General Public License is a free, copyleft license for software and "
+              "other kinds of works. The licenses for most software and other practical works "
+              "are designed to take away your freedom to share and change the works. By "
+              "contrast, the GNU General Public License is intended to guarantee your freedom "
+              "to share and change all versions of a program--to make sure it remains"
+              ).split(" ")[1:]
+
+
+def hand_engine(name: str, is_concurrent: bool, k: int) -> EngineRun:
+    tokens_per_s, by_tokens, num_steps, drafted = RUNS[(name, is_concurrent)][k]
+    count = N if is_concurrent else ONE
+    accepted = sum(i * n for i, n in enumerate(by_tokens))
+    # bf16 rounding: 2 of the 16 chats at once at k = 8 differ from off
+    identical = count - 2 * ((name, is_concurrent, k) == ("chat", True, 8))
+    return EngineRun(name, is_concurrent, count, k, count * OUTPUT / tokens_per_s,
+                     count * OUTPUT, tokens_per_s, 1 / tokens_per_s * count * 0.9, num_steps,
+                     k * sum(by_tokens) if drafted is None else drafted, accepted, by_tokens,
+                     identical)
+
+
+def hand_answer(name: str) -> Answer:
+    """64 tokens: the first the model's own (from the prompt), then runs of accepted guesses,
+    each ended by one of the model's own; the chat's a line break in it."""
+    if name == "copy":
+        words = [" " + w for w in COPY_WORDS][:OUTPUT]
+        pattern = [False] + ([True] * 4 + [False]) * 12 + [True, True, False]
+    else:
+        words = ([" Sure", "!", "\n", "\n", "A", " large", " language", " model"]
+                 + [" is", " a", " program", " that", " reads", " text", " and", " writes",
+                    " more", " of", " it", "."] * 5)[:OUTPUT - 4] + [" It", " is", " a", " tool"]
+        pattern = [False] * 60 + [True, False, True, False]
+    assert len(words) == len(pattern) == OUTPUT
+    return Answer(name, 4, words, pattern)
+
+
+def hand_server(name: str, is_concurrent: bool, on: bool) -> ServerRun:
+    off_tps, on_tps, drafted, accepted, same = VLLM[(name, is_concurrent)]
+    count = N if is_concurrent else ONE
+    tps = on_tps if on else off_tps
+    level = LoadLevel(count, count, count * OUTPUT / tps, count * OUTPUT, tps, mean_tpot_s=0.015
+                      if on else 0.03, is_concurrent=is_concurrent)
+    if not on:
+        return ServerRun(name, is_concurrent, 0, level, startup_s=12.0 if not is_concurrent and
+                         name == "copy" else None)
+    return ServerRun(name, is_concurrent, 4, level, drafted, accepted, same)
+
+
+def hand_result(header: results.RunHeader = HEADER) -> SpeculativeDecoding:
+    """The defaults' run: k = 2, 4, 8 (vLLM 4), n-grams of 2-4, 16 at once, 2 one at a time, 64
+    tokens an answer. Its summary row: copy one at a time at k = 4 100 / 40 = 2.5x, vLLM
+    160 / 64 = 2.5x; 16 chats at once at k = 4 256 / 320 = 0.8x."""
+    pairs = [(name, c) for name in ("copy", "chat") for c in (False, True)]
+    return SpeculativeDecoding(
+        Settings(ks=KS, vllm_k=4, prompt_lookup_min=2, prompt_lookup_max=4, num_requests=N,
+                 num_sequential=ONE, output_tokens=OUTPUT, copy_window_tokens=120,
+                 page_size_tokens=16, max_model_len=512, kv_cache_bytes=186_646_528, port=8000,
+                 is_vllm_measured=True),
+        WorkloadShape(source="/usr/share/common-licenses/GPL-3", min_copy_prompt_tokens=158,
+                      max_copy_prompt_tokens=163, min_chat_prompt_tokens=39,
+                      max_chat_prompt_tokens=43),
+        [Check("copy", 8, N, N, N * OUTPUT, N * OUTPUT, 628, 1154),
+         Check("chat", 8, N, N, N * OUTPUT, N * OUTPUT, 40, 361)],
+        [hand_engine(name, c, k) for name, c in pairs for k in [0, *KS]],
+        [hand_answer("copy"), hand_answer("chat")],
+        [hand_server(name, c, on) for on in (False, True) for name, c in pairs],
+        header=header)
+
+
+def test_the_record_reads_back_whole():
+    record = hand_result()
+    results.save(task12.SCRIPT, record)
+    step = steps.by_name()[task12.SCRIPT]
+    assert step.record is SpeculativeDecoding and step.figures == task12.FIGURES
+    loaded = step.load()
+    assert loaded == record
+    saved = results.load_raw(task12.SCRIPT, "")
+    assert set(saved["mini_engine"][0]) == {
+        "workload", "is_concurrent", "num_requests", "k", "duration_s", "num_output_tokens",
+        "tokens_per_s", "mean_tpot_s", "num_steps", "num_draft_tokens", "num_accepted_tokens",
+        "steps_by_tokens", "num_identical"}                 # the outputs are not saved
+    assert "texts" not in saved["vllm"][4] and saved["vllm"][4]["num_same_text"] == 2
+    # off: no counter of speculation (vLLM exports none), saved as not measured
+    assert "num_draft_tokens" not in saved["vllm"][0]
+    assert saved["answers"][0]["tokens"][:3] == [" The", " GNU", " General"]
+    assert saved["settings"]["ks"] == KS and "base_url" not in saved["settings"]
+
+
+def test_the_figures_that_follow_from_others():
+    record = hand_result()
+    k4 = record.engine_run("copy", False, 4)
+    # 31 decoding rows verified 4 guesses each: 124; kept 0 x 4 + 1 x 2 + 2 x 2 + 3 x 3 + 4 x 20
+    assert (k4.num_draft_tokens, k4.num_accepted_tokens) == (124, 95)
+    assert k4.accepted_share == pytest.approx(95 / 124)
+    assert k4.tokens_per_step == pytest.approx(126 / 31)      # 4.06 tokens a step
+    assert k4.mean_step_s == pytest.approx(1.28 / 33)
+    assert record.engine_run("copy", False, 0).tokens_per_step == 1.0
+    assert record.engine_run("copy", False, 0).accepted_share is None
+    assert record.engine_speedup("copy", False, 4) == pytest.approx(2.5)
+    assert record.engine_speedup("chat", True, 8) == pytest.approx(0.75)
+    off, on = record.server_runs("copy", False)
+    assert (off.k, on.k) == (0, 4)
+    assert on.accepted_share == pytest.approx(95 / 124)
+    # 128 - 2 first tokens decoded in 126 - 95 steps (vLLM's own mean acceptance length, 1 +
+    # accepted / drafts, would count only the steps that guessed)
+    assert on.tokens_per_step == pytest.approx(126 / 31)
+    assert off.accepted_share is None and off.tokens_per_step is None
+    assert record.vllm_speedup("chat", True) == pytest.approx(0.8)
+
+
+def test_the_summary_row():
+    record = hand_result()
+    row = "copy 2.5x, vLLM 2.5x; 16 chat 0.8x"   # 100 / 40; 160 / 64; 256 / 320
+    assert summary_row(record) == row and len(row) <= 34
+    assert steps.by_name()[task12.SCRIPT].row(record) == row
+    record.vllm = None                                   # --no-vllm
+    assert task12.summary_row(record) == "copy 2.5x; 16 chat 0.8x"
+
+
+def test_the_insight_says_what_the_figures_show():
+    lines = task_12_report.insights(hand_result())
+    assert lines[0] == ("Speculation changed no token: 16/16 requests of both workloads "
+                        "identical in fp32 at k = 8, 668 of their tokens accepted guesses")
+    # 2 of the 3 x (2 + 16) x 2 = 108 requests of part 2 with speculation on (chat, 16, k = 8)
+    assert lines[1].startswith("In bfloat16, 2 of part 2's 108 requests with speculation on "
+                               "differ from off; fp32 matched every one, so the difference is "
+                               "rounding")
+    # the best k for copy requests one at a time: 4 (2.5x against 2.0x at 2 and 8), vLLM's;
+    # a step 3.2 s / 128 = 25 ms, 1.28 s / 33 = 39 ms; 126 tokens in 31 steps
+    assert lines[2] == (
+        "The source's one request got 1.1x from vLLM: a step reads every weight for one token. "
+        "Guesses copied from the prompt change that: copy requests one at a time ran 2.50x "
+        "(+150%) in mini_engine at k = 4 (77% of the guesses accepted; a step took 25 -> 39 ms "
+        "(1.6x) for 4.1 tokens) and vLLM's ngram 2.50x (+150%)")
+    # 16 copies at once: 288 / 320; kept 16 + 32 + 72 + 640 = 760 of 4 x 248 = 992 guesses
+    # (77%); 1,008 tokens in 248 steps of a request (4.1); a step 3.2 s / 64 = 50 ms, 3.556 s
+    # / 17 = 209 ms (over 1.2x: the step's cost); 17 x 4.1 = 69 steps' worth, not 1.33 x 64;
+    # a request's time per token 0.9 x 16 / 320 = 45 ms, 0.9 x 16 / 288 = 50 ms (hand_engine)
+    assert lines[3] == (
+        "16 at once, copying: 0.90x (-10%) in mini_engine at k = 4, vLLM's ngram 0.90x (-10%). "
+        "A request gained 4.1 tokens a step (77% accepted; its time per output token 45 -> 50 "
+        "ms), and the run took 64 -> 17 steps of 50 -> 209 ms: 16 rows a step already share "
+        "each read of the weights, and 16 x 5 rows cost more")
+    # chat one at a time: kept 6 + 4 + 3 = 13 of 80 (16%), 126 tokens in 113 steps; 16 at
+    # once: a step 3.2 s / 64 = 50 ms, 4.0 s / 58 = 69 ms, 1,008 tokens in 924 steps (1.1)
+    assert lines[4] == (
+        "Chat, where the answer is not in the prompt: 16% of the guesses accepted (copy: 77%), "
+        "1.12 tokens a step; at k = 4 one at a time 1.02x (+2%) in mini_engine, vLLM's ngram "
+        "0.95x (-5%); 16 at once 0.80x (-20%), vLLM's ngram 0.80x (-20%) (a step took 50 -> 69 "
+        "ms (1.4x) for 1.1 tokens)")
+    # 2 + 16 + 2 + 15 of 36 requests the same text
+    assert lines[5].startswith("vLLM's greedy text changed in 1 of 36 requests with "
+                               "speculation on: in bfloat16 a verification's k + 1 rows round")
+    assert len(lines) == 6
+
+
+def test_the_insight_changes_when_the_figures_do():
+    record = hand_result()
+    record.correct[1].num_identical = 14                # chat
+    for run in record.mini_engine:
+        run.num_identical = run.num_requests
+    record.engine_run("copy", False, 4).tokens_per_s = 36.0    # k = 4 now slower than off
+    record.engine_run("copy", True, 4).num_steps = 60   # the steps barely fell
+    for run in record.vllm[4:]:
+        run.num_same_text = run.level.num_users
+    lines = task_12_report.insights(record)
+    assert lines[0] == ("In fp32, requests differ from speculation off at chat k = 8 (2 differ): "
+                        "a bug")
+    assert not any("rounding" in line for line in lines)
+    # k = 2 the best now (2.0x, as 8: the first); 1.6 s / 53 = 30 ms; 126 tokens in 51 steps
+    assert lines[1].endswith("copy requests one at a time ran 2.00x (+100%) in mini_engine at k "
+                             "= 2 (74% of the guesses accepted; a step took 25 -> 30 ms (1.2x) "
+                             "for 2.5 tokens); at k = 4 0.90x (-10%), vLLM's ngram 2.50x (+150%)")
+    # 60 x 4.1 = 244 steps' worth of tokens, over 1.33 x 64: the slowest request; 3.556 s / 60
+    # = 59 ms, under 1.2 x 50
+    assert lines[2].endswith("and the run took 64 -> 60 steps of 50 -> 59 ms: the run lasts as "
+                             "long as its slowest request")
+    assert lines[-1] == "vLLM's greedy text was the same with speculation on: 36/36 requests"
+    record.vllm = None
+    lines = task_12_report.insights(record)
+    assert not any("vLLM's ngram" in line or line.startswith("vLLM") for line in lines)
+    assert len(lines) == 4
+
+
+def test_the_report_from_the_record(capsys):
+    task_12_report.print_report(hand_result())
+    out = capsys.readouterr().out
+    assert_fits(out)
+    lines = out.splitlines()
+
+    def cells(label: str, after: str, n: int = 4) -> list[str]:
+        """The last n cells of the first row with this label after the line holding after."""
+        start = next(i for i, line in enumerate(lines) if after in line)
+        return next(line for line in lines[start:] if line.startswith(label + " ")).split()[-n:]
+
+    assert "Copy, k = 8 vs off:" in out and "16/16 requests identical, 1,024/1,024 tokens " \
+        "(628 of 1,154 guesses kept)" in " ".join(out.split())
+    header = lines[next(i for i, line in enumerate(lines) if "2. MEASURED" in line) + 1]
+    assert header.split() == ["Speculation", "off", "k=2", "k=4", "k=8"]
+    assert cells("  tokens/s", "Copy, one at a time") == ["40.0", "80.0", "100.0", "80.0"]
+    assert cells("  speed-up", "Copy, one at a time") == ["1.00x", "2.00x", "2.50x", "2.00x"]
+    assert cells("  guesses accepted", "Copy, one at a time") == ["-", "74%", "77%", "59%"]
+    assert cells("  tokens a step", "Copy, 16 at once") == ["1.00", "2.47", "4.06", "5.73"]
+    assert cells("  speed-up", "Chat, 16 at once") == ["1.00x", "0.95x", "0.80x", "0.75x"]
+    assert cells("  steps", "Copy, 16 at once") == ["64", "27", "17", "12"]
+    assert cells("  tokens as off", "Chat, 16 at once", 3) == ["16/16", "16/16", "14/16"]
+    vllm = next(i for i, line in enumerate(lines) if "3. vLLM" in line)
+    assert lines[vllm + 1].split() == ["vLLM", "copy,", "2", "copy,", "16", "chat,", "2",
+                                       "chat,", "16"]
+    assert cells("Tokens/s, off", "3. vLLM") == ["64.0", "278.0", "64.0", "278.0"]
+    assert cells("  speed-up", "3. vLLM") == ["2.50x", "0.90x", "0.95x", "0.80x"]
+    assert cells("Guesses accepted", "3. vLLM") == ["77%", "70%", "10%", "10%"]
+    # 126 / (126 - 95), 1,008 / (1,008 - 700), 126 / (126 - 4), 1,008 / (1,008 - 64)
+    assert cells("Tokens a step", "3. vLLM") == ["4.06", "3.27", "1.03", "1.07"]
+    assert cells("Same greedy text as off", "3. vLLM") == ["2/2", "16/16", "2/2", "15/16"]
+    assert cells("Succeeded, off and on", "3. vLLM") == ["4/4", "32/32", "4/4", "32/32"]
+
+
+def test_the_answer_is_laid_out_as_it_reads():
+    # 10 columns: "ab" and " cde" fit a line (6), " fghij" would pass 10: the next line; a
+    # line break ends its line; an empty token takes no room
+    assert text_grid(["ab", " cde", " fghij", "x\n", "", "y"], columns=10) == [
+        (0, 0, "ab"), (0, 2, " cde"), (1, 0, " fghij"), (1, 6, "x" + NEWLINE), (2, 0, ""),
+        (2, 0, "y")]
+    assert text_grid(["a" * 12, "b"], columns=10) == [(0, 0, "a" * 12), (1, 0, "b")]
+
+
+def test_what_the_figure_plots():
+    record = hand_result()
+    results.save(task12.SCRIPT, record)
+    fig = task12.draw_speculation(record)
+    copy_text, per_step, chat_text, speed = fig.axes[:4]
+    # every token a text on the colour of how it came: 64 - 12 x 4 - 2 = 14 of the model's own
+    colours = [t.get_bbox_patch().get_facecolor() for t in copy_text.texts]
+    assert len(copy_text.texts) == OUTPUT and not copy_text.axison
+    assert sum(c == colours[0] for c in colours) == 14
+    assert copy_text.get_title(loc="left") == ("copy: one answer alone, k = 4: 50 of 64 tokens "
+                                               "accepted guesses")
+    assert "\u21b5" in " ".join(t.get_text() for t in chat_text.texts)
+    # the tokens a step at k = 4, one at a time: copy [4, 2, 2, 3, 20] of 31 rows, then chat
+    heights = [round(p.get_height(), 3) for p in per_step.patches]
+    assert heights[:5] == [round(100 * n / 31, 3) for n in (4, 2, 2, 3, 20)]
+    assert heights[5:] == [round(100 * n / 113, 3) for n in (104, 6, 2, 1, 0)]
+    assert per_step.get_ylabel() == "decoding steps (%)"
+    # the speed-ups: mini_engine at k = 2, 4, 8, then vLLM, each over copy / chat, 1 / 16
+    bars = [round(p.get_height(), 3) for p in speed.patches]
+    assert bars[:4] == [2.0, 1.2, 1.05, 0.95] and bars[12:] == [2.5, 0.9, 0.95, 0.8]
+    assert [t.get_text() for t in speed.get_legend().get_texts()] == [
+        "mini_engine k=2", "mini_engine k=4", "mini_engine k=8", "vLLM k=4"]
+    assert_figure_reads_well(fig, steps.by_name()[task12.SCRIPT].load(), "task 12")
+    figures.plt().close(fig)
+    record.vllm = None
+    fig = task12.draw_speculation(record)
+    assert len(fig.axes[3].patches) == 12               # no vLLM bars
+    figures.plt().close(fig)
+    drawn = figures.draw(task12.SCRIPT, record, task12.FIGURES)
+    assert [(path.name, why) for path, why in drawn] == [(f"{task12.SCRIPT}.png", None)]
+
+
+def totals_hold(res: SpeculativeDecoding) -> None:
+    """Every run: every decoded token counted once in the histogram (each request's first
+    comes from its prompt), the guesses kept within those verified, none without speculation."""
+    s = res.settings
+    for run in res.mini_engine:
+        by = run.steps_by_tokens
+        assert len(by) == run.k + 1, (run.workload, run.k)
+        assert sum((i + 1) * n for i, n in enumerate(by)) == run.num_requests * (
+            s.output_tokens - 1)
+        assert run.num_accepted_tokens == sum(i * n for i, n in enumerate(by))
+        assert run.num_accepted_tokens <= run.num_draft_tokens <= run.k * sum(by)
+        assert run.num_output_tokens == run.num_requests * s.output_tokens
+
+
+def test_task_12_on_the_tiny_model(tiny_model, capsys):
+    """main() itself, --no-vllm: 3 requests of each workload, 8 tokens each, at k = 2 and 3."""
+    record = task12.main(["--model", tiny_model, "--dtype", "float32", "--no-vllm", "--k", "2,3",
+                          "--requests", "3", "--output", "8"])
+    out = capsys.readouterr().out
+    assert_fits(out)
+    # fp32 at the largest k: every request identical to speculation off, every token
+    assert [(c.workload, c.k, c.num_requests, c.num_identical, c.num_tokens,
+             c.num_tokens_identical) for c in record.correct] == [
+        ("copy", 3, 3, 3, 24, 24), ("chat", 3, 3, 3, 24, 24)]
+    assert all(0 < c.num_accepted_tokens <= c.num_draft_tokens for c in record.correct)
+    # and fp32 in part 2 too: every run's tokens those of speculation off
+    assert all(r.num_identical == r.num_requests for r in record.mini_engine)
+    s = record.settings
+    assert (s.ks, s.vllm_k, s.num_sequential, s.max_model_len) == ([2, 3], 3, 2, 256)
+    assert [(r.workload, r.is_concurrent, r.num_requests, r.k) for r in record.mini_engine] == [
+        (name, c, 3 if c else 2, k) for name in ("copy", "chat") for c in (False, True)
+        for k in (0, 2, 3)]
+    totals_hold(record)
+    assert [(a.workload, a.k, len(a.tokens), len(a.is_guess)) for a in record.answers] == [
+        ("copy", 3, 8, 8), ("chat", 3, 8, 8)]
+    assert record.answers[0].is_guess[0] is False      # the first token is from the prompt
+    assert record.vllm is None and "3. vLLM" not in out
+    res = steps.by_name()[task12.SCRIPT].load()
+    assert res == record
+    assert "vLLM" not in task12.summary_row(res)
+    assert "task_12_speculative_decoding.png" in out and "not drawn" not in out
+
+
+@pytest.mark.engine
+def test_task_12_against_a_tiny_model_server(tiny_model, capsys):
+    """Part 3 on a free port: the server started with speculation off, restarted with vLLM's
+    ngram at k = 2, stopped at the end; every request streamed; the counters of speculation
+    read from /metrics on, absent off."""
+    port = server.free_port()
+    try:
+        record = task12.main(["--model", tiny_model, "--dtype", "float32", "--port", str(port),
+                              "--k", "2", "--requests", "3", "--output", "8"])
+    finally:
+        server.stop_server(port)
+    out = capsys.readouterr().out
+    assert_fits(out)
+    assert [(r.workload, r.is_concurrent, r.k) for r in record.vllm] == [
+        (name, c, k) for k in (0, 2) for name in ("copy", "chat") for c in (False, True)]
+    assert all(r.level.num_ok == r.level.num_users == (3 if r.is_concurrent else 2)
+               for r in record.vllm)
+    assert all(r.level.num_output_tokens == 8 * r.level.num_users for r in record.vllm)
+    off, on = record.vllm[:4], record.vllm[4:]
+    assert all(r.num_draft_tokens is None and r.num_same_text is None for r in off)
+    assert all(r.num_draft_tokens is not None and 0 <= r.num_accepted_tokens <=
+               r.num_draft_tokens and 0 <= r.num_same_text <= r.level.num_users for r in on)
+    assert off[0].startup_s and on[0].startup_s
+    assert server.running_config(port) is None            # this task stopped what it started
+    assert "Stopping the lab server on" in out and "3. vLLM" in out
+    assert "vLLM" in task12.summary_row(record)
+
+
+@pytest.mark.engine
+def test_task_12_against_a_server_given_by_base_url(tiny_model, capsys):
+    """--base-url: part 3 runs once, at that server's own setting (here vLLM's ngram at k = 3),
+    and the task neither restarts nor stops it; no line of the insight, the summary or the
+    figure compares speculation on and off in vLLM, which it did not choose."""
+    port = server.free_port()
+    spec = '{"method": "ngram", "num_speculative_tokens": 3}'
+    config = server.ServerConfig(tiny_model, "tiny", "float32", max_model_len=256,
+                                 max_num_seqs=16, port=port,
+                                 engine_args=("--speculative-config", spec))
+    try:
+        server.ensure_server(config)
+        record = task12.main(["--model", tiny_model, "--dtype", "float32", "--k", "2",
+                              "--requests", "3", "--output", "8",
+                              "--base-url", f"http://127.0.0.1:{port}/v1"])
+        assert server.running_config(port) == config          # the same server, untouched
+    finally:
+        server.stop_server(port)
+    out = capsys.readouterr().out
+    assert_fits(out)
+    assert [(r.workload, r.is_concurrent, r.k, r.startup_s) for r in record.vllm] == [
+        (name, c, None, None) for name in ("copy", "chat") for c in (False, True)]
+    assert all(r.level.num_ok == r.level.num_users and r.num_draft_tokens is not None
+               for r in record.vllm)                          # its counters: it speculates
+    assert record.settings.base_url == f"http://127.0.0.1:{port}/v1"
+    assert "for vLLM, at its own setting" in " ".join(out.split())
+    assert "Tokens/s (its own)" in out and "Starting vLLM server" not in out
+    assert not any("vLLM's ngram" in line or line.startswith("vLLM")
+                   for line in task_12_report.insights(record))
+    assert "vLLM" not in task12.summary_row(record)
+    fig = task12.draw_speculation(record)
+    assert len(fig.axes[3].get_legend().get_texts()) == 1     # mini_engine's k only
+    figures.plt().close(fig)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k", "0"], "'0' must be greater than 0"),
+    (["--k", "2,4,8,16,32"], "--k: at most 4 values, not 5"),
+    (["--k", "4,4"], "--k 4,4 gives a value twice"),
+    (["--ngram", "4,2"], "'4,2': MIN is larger than MAX"),
+    (["--ngram", "3"], "'3' is not MIN,MAX (two numbers)"),
+    (["--ngram", "0,4"], "'0' must be greater than 0"),
+    (["--requests", "x"], "'x' is not a whole number"),
+    (["--output", "1"], "--output 1 leaves nothing to guess"),
+    (["--port", "70000"], "'70000' is not a port"),
+    (["--base-url", "http://127.0.0.1:1", "--no-vllm"], "--base-url runs part 3"),
+])
+def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        task12.parse_args(args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0]
+
+
+def test_quick_is_a_shorthand_that_flags_given_override():
+    args = task12.parse_args(["--quick"])
+    assert (args.k, args.requests, args.output) == ([4], 4, 24)
+    args = task12.parse_args(["--quick", "--requests", "6"])
+    assert (args.k, args.requests, args.output) == ([4], 6, 24)
+    args = task12.parse_args([])
+    assert (args.k, args.requests, args.output, args.ngram) == ([2, 4, 8], 16, 64, (2, 4))
+
+
+def test_a_workload_that_cannot_fit_is_one_line(tiny_model, capsys):
+    """The tiny model's 256 tokens cannot hold a copy prompt (about 160) and 200 tokens; the
+    text's 6,935 tokens hold 57 windows of 120, not 60."""
+    for args, message in ((["--output", "200"], "exceed max_model_len 256: lower --output"),
+                          (["--requests", "60"], "--requests 60 copy windows of 120 tokens are "
+                                                 "more than the")):
+        with pytest.raises(SystemExit) as exit_:
+            task12.main(["--model", tiny_model, "--no-vllm", *args])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0], lines

@@ -338,6 +338,10 @@ class TestTheWholeLabOnTheRealModel:
         assert all("num_draft_tokens" not in r for r in server[:4])
         assert all(0 <= r["num_accepted_tokens"] <= r["num_draft_tokens"] for r in server[4:])
         assert server[4]["num_accepted_tokens"] > 0                # the copy workload's guesses
+        # it started the server twice (off, then restarted with the ngram method: the settings
+        # differ) and compared every greedy text on with off
+        assert server[0]["startup_s"] and server[4]["startup_s"]
+        assert all(0 <= r["num_same_text"] <= r["level"]["num_users"] for r in server[4:])
 
     def test_the_summary_has_every_row_and_the_roofline(self, lab_run):
         s = lab_run.saved("summary")

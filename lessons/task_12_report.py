@@ -185,10 +185,24 @@ def ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x ({100 * (x - 1):+.0f}%)"
 
 
+def unexplained(res: SpeculativeDecoding, name: str, is_concurrent: bool) -> str:
+    """' (more than its 1.02 tokens a step account for: ...)' where vLLM's speed-up passes what
+    its guesses bought by over 5 %, else nothing: the rest came from something this task did not
+    measure (its two servers differ in more than the guesses)."""
+    on = res.server_runs(name, is_concurrent)[1]
+    x = res.vllm_speedup(name, is_concurrent)
+    if x is None or on.tokens_per_step is None or x <= 1.05 * on.tokens_per_step:
+        return ""
+    return (f" (more than its {on.tokens_per_step:.2f} tokens a step account for; what else made "
+            "it faster was not measured)")
+
+
 def vllm_ratio(res: SpeculativeDecoding, name: str, is_concurrent: bool) -> str:
     """', vLLM's ngram 2.14x (+114%)', or nothing without vLLM's figure."""
     x = res.vllm_speedup(name, is_concurrent)
-    return "" if x is None else f", vLLM's ngram {ratio(x)}"
+    if x is None:
+        return ""
+    return f", vLLM's ngram {ratio(x)}{unexplained(res, name, is_concurrent)}"
 
 
 def step_cost(off: EngineRun, on: EngineRun) -> str:
@@ -229,20 +243,9 @@ def many_line(res: SpeculativeDecoding) -> str:
             f"mini_engine at k = {k}{vllm_ratio(res, 'copy', True)}. A request gained "
             f"{on.tokens_per_step:.1f} tokens a step ({pct(on.accepted_share)} accepted; its time "
             f"per output token {1000 * off.mean_tpot_s:,.0f} -> {1000 * on.mean_tpot_s:,.0f} ms),"
-            f" and the run took {off.num_steps} -> {on.num_steps} steps of {1000 * off.mean_step_s:,.0f} "
-            f"-> {1000 * on.mean_step_s:,.0f} ms" + (": " + "; ".join(why) if why else ""))
-
-
-def unexplained(res: SpeculativeDecoding, name: str, is_concurrent: bool) -> str:
-    """' (more than its 1.02 tokens a step account for: ...)' where vLLM's speed-up passes what
-    its guesses bought by over 5 %, else nothing: the rest came from something this task did not
-    measure (its two servers differ in more than the guesses)."""
-    on = res.server_runs(name, is_concurrent)[1]
-    x = res.vllm_speedup(name, is_concurrent)
-    if x is None or on.tokens_per_step is None or x <= 1.05 * on.tokens_per_step:
-        return ""
-    return (f" (more than its {on.tokens_per_step:.2f} tokens a step account for; what else made "
-            "it faster was not measured)")
+            f" and the run took {off.num_steps} -> {on.num_steps} steps of "
+            f"{1000 * off.mean_step_s:,.0f} -> {1000 * on.mean_step_s:,.0f} ms"
+            + (": " + "; ".join(why) if why else ""))
 
 
 def chat_line(res: SpeculativeDecoding) -> str:
@@ -254,7 +257,7 @@ def chat_line(res: SpeculativeDecoding) -> str:
             f"guesses "
             f"accepted (copy: {pct(copy.accepted_share)}), {alone.tokens_per_step:.2f} tokens a "
             f"step; at k = {k} one at a time {ratio(res.engine_speedup('chat', False, k))} in "
-            f"mini_engine{vllm_ratio(res, 'chat', False)}{unexplained(res, 'chat', False)}; "
+            f"mini_engine{vllm_ratio(res, 'chat', False)}; "
             f"{s.num_requests} at once "
             f"{ratio(res.engine_speedup('chat', True, k))}{vllm_ratio(res, 'chat', True)} "
             f"({step_cost(res.engine_run('chat', True, 0), many)})")

@@ -410,13 +410,14 @@ def test_temperature_verification_blocks_eos_where_it_is_not_allowed():
 # --- the engine: the issue's case ----------------------------------------------------------------
 def test_the_issues_case_one_guess_kept_the_models_token_after_it_and_ds_kv_gone(counting):
     """The prompt is `s a b c d a` (b = a + 1, c = a + 2: the counting model says b after it,
-    then c, then x, not d: a + 3 as it counts on). Step 0 computes the prompt and makes b: the request's tokens
-    are `s a b c d a b`. Step 1, k = 2 and n = 2: the proposer finds the earlier `a b` and
-    guesses `c d`; the step computes b, c and d (3 rows, positions 6, 7, 8, so d lands in a
-    third page of 4); the model agrees with c, says x instead of d: the request keeps `c x`, its
-    cached length goes back to 8 (s ... b c: x is the token left to compute) and d's page goes
-    back to the front of the free queue. Step 2 computes x into that same slot. After each step
-    the K/V of every cached position is the one a run without speculation computes."""
+    then c, then x, not d: a + 3 as it counts on). Step 0 computes the prompt and makes b: the
+    request's tokens are `s a b c d a b`. Step 1, k = 2 and n = 2: the proposer finds the
+    earlier `a b` and guesses `c d`; the step computes b, c and d (3 rows, positions 6, 7, 8, so
+    d lands in a third page of 4); the model agrees with c, says x instead of d: the request
+    keeps `c x`, its cached length goes back to 8 (s ... b c: x is the token left to compute)
+    and d's page goes back to the front of the free queue. Step 2 computes x into that same
+    slot. After each step the K/V of every cached position is the one a run without
+    speculation computes."""
     prompt, a = count_case(counting, prefix=[77])
     without = greedy(counting, prompt, 6)
     b, c, d, x = a + 1, a + 2, a + 500, without[2]

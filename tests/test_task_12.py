@@ -161,11 +161,11 @@ def test_the_figures_that_follow_from_others():
 
 def test_the_summary_row():
     record = hand_result()
-    row = "copy 2.5x, vLLM 2.5x; 16 chat 0.8x"   # 100 / 40; 160 / 64; 256 / 320
+    row = "copy 2.5x, vLLM 2.5x; 16 chat -20%"   # 100 / 40; 160 / 64; 256 / 320
     assert summary_row(record) == row and len(row) <= 34
     assert steps.by_name()[task12.SCRIPT].row(record) == row
     record.vllm = None                                   # --no-vllm
-    assert task12.summary_row(record) == "copy 2.5x; 16 chat 0.8x"
+    assert task12.summary_row(record) == "copy 2.5x; 16 chat -20%"
 
 
 def test_the_insight_says_what_the_figures_show():

@@ -37,7 +37,7 @@ import gc
 import time
 
 from common import cli, figures, load, metrics, report, results, server, settings
-from common.shape import ModelShape
+from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons import task_11_report
 from lessons.task_11_figure import draw_chunking
@@ -46,7 +46,7 @@ from lessons.task_11_load import (iteration_tokens, prefill_steps, staggered_loa
 from lessons.task_11_record import (ChunkedPrefill, Correctness, EngineRun, Latency, ServerRun,
                                     Settings, Timeline, label_of, summary_row)
 from lessons.task_11_workloads import (LONG_DOCS, MAX_MODEL_LEN, Workload, check_fits,
-                                       choose_max_model_len, kv_budget_bytes, make_workload)
+                                       kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.engine import eos_token_ids
 
@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None):
 def settings_of(args, model_path: str, w: Workload) -> Settings:
     """The flags as the record saves them, with the max_model_len and the KV budget chosen for
     the model and the workload (one line and exit 2 if a request cannot fit)."""
-    max_model_len = choose_max_model_len(model_path)
+    max_model_len = max_model_len_for(model_path, MAX_MODEL_LEN)
     check_fits(w, args.chat_output, args.long_output, max_model_len)
     kv_bytes = kv_budget_bytes(w, args.chat_output, args.long_output, args.page_size,
                                ModelShape.from_folder(model_path).kv_bytes_per_token("float32"),

@@ -40,13 +40,13 @@ import statistics
 import time
 
 from common import cli, figures, load, metrics, report, results, server, settings
-from common.shape import ModelShape
+from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons import task_12_report
 from lessons.task_12_figure import draw_speculation
 from lessons.task_12_record import (WORKLOADS, Answer, Check, EngineRun, ServerRun, Settings,
                                     SpeculativeDecoding, summary_row)
-from lessons.task_12_workloads import (COPY_WINDOWS, Workload, check_fits, choose_max_model_len,
+from lessons.task_12_workloads import (COPY_WINDOWS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.engine import eos_token_ids
@@ -123,7 +123,7 @@ def parse_args(argv: list[str] | None):
 def settings_of(args, model_path: str, w: Workload) -> Settings:
     """The flags as the record saves them, with the max_model_len and the KV budget chosen for
     the model and the workload (one line and exit 2 if a request cannot fit)."""
-    max_model_len = choose_max_model_len(model_path)
+    max_model_len = max_model_len_for(model_path, MAX_MODEL_LEN)
     check_fits(w, args.output, max_model_len)
     kv_bytes = kv_budget_bytes(w, args.output, max(args.k), PAGE_SIZE,
                                ModelShape.from_folder(model_path).kv_bytes_per_token("float32"),

@@ -46,6 +46,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+MIB = 1024 * 1024
+
+
+def pool_bytes(request_tokens: list[int], page_size: int, bytes_per_token: int,
+               max_model_len: int) -> int:
+    """A KV budget that holds every request's pages at once (request_tokens: each request's
+    prompt and answer), and at least one request of max_model_len, in whole MiB: no request
+    waits or is preempted (tasks 11 and 12 measure steps, not a full pool)."""
+    pages = max(sum(cdiv(n, page_size) for n in request_tokens), cdiv(max_model_len, page_size))
+    return cdiv(pages * page_size * bytes_per_token, MIB) * MIB
+
+
 @dataclass(frozen=True)
 class KVCapacity:
     """How many tokens (and requests of max_model_len) a KV budget holds, in whole blocks."""

@@ -58,3 +58,9 @@ class ModelShape:
 def read_config(model_path: str) -> dict:
     """The model folder's config.json as a dict."""
     return json.loads((Path(model_path) / "config.json").read_text())
+
+
+def max_model_len_for(model_path: str, wanted: int) -> int:
+    """wanted, or the model's own limit where that is shorter (the tests' tiny model: vLLM
+    refuses a max_model_len over it, and mini_engine's RoPE table ends there)."""
+    return min(wanted, read_config(model_path).get("max_position_embeddings", wanted))

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common import cli, kv, load, settings
-from common.shape import read_config
 from common.texts import source_text, templated
 from lessons.task_11_record import WorkloadShape
 
@@ -16,7 +15,6 @@ INSTRUCTION = "Summarise: "
 LONG_DOCS = "the long documents"    # what is cut from the text (common/texts.py)
 MAX_MODEL_LEN = 2048    # holds a long document; vLLM's server budget on CPU (--no-enable-chunked-
                         # prefill needs a budget of at least max_model_len: 2048 is both)
-MIB = 1024 * 1024
 
 
 @dataclass
@@ -56,13 +54,6 @@ def make_workload(tokenizer, num_chats: int, num_long: int, long_tokens: int) ->
                     len(ids))
 
 
-def choose_max_model_len(model_path: str) -> int:
-    """MAX_MODEL_LEN, or the model's own limit where that is shorter (the tests' tiny model:
-    vLLM refuses a max_model_len over it, and mini_engine's RoPE table ends there)."""
-    return min(MAX_MODEL_LEN, read_config(model_path).get("max_position_embeddings",
-                                                          MAX_MODEL_LEN))
-
-
 def check_fits(workload: Workload, chat_output: int, long_output: int, max_model_len: int
                ) -> None:
     """Every request within max_model_len, else one line and exit 2."""
@@ -81,5 +72,4 @@ def kv_budget_bytes(workload: Workload, chat_output: int, long_output: int, page
     fp32, and bf16 then holds twice), and at least one request of max_model_len, in whole MiB."""
     tokens = [len(p) + chat_output for p in workload.chat_prompts] + \
              [len(p) + long_output for p in workload.long_prompts]
-    pages = max(sum(kv.cdiv(n, page_size) for n in tokens), kv.cdiv(max_model_len, page_size))
-    return kv.cdiv(pages * page_size * bytes_per_token, MIB) * MIB
+    return kv.pool_bytes(tokens, page_size, bytes_per_token, max_model_len)

@@ -5,20 +5,19 @@ tokens an answer (EOS held off), greedy, through the model's chat template:
   answer copies from its prompt, so the n-gram proposer finds what comes next there.
 - chat: the lab's own questions (settings.PROMPT, then load.user_prompts), whose answers copy
   little from their short prompts.
-Also the max_model_len and the KV budget that hold either workload at once with its guesses."""
+Also the max_model_len that holds a request (common.shape.max_model_len_for caps it at the
+model's own) and the KV budget that holds either workload at once with its guesses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from common import cli, kv, load, settings
-from common.shape import read_config
 from common.texts import source_text, templated
 from lessons.task_12_record import WorkloadShape
 
 INSTRUCTION = "Repeat the following text exactly, word for word:\n\n"
 COPY_WINDOWS = "the copy prompts"   # what is cut from the text (common/texts.py)
 MAX_MODEL_LEN = 512     # a copy prompt (about 160 tokens), its answer and its guesses, with room
-MIB = 1024 * 1024
 
 
 @dataclass
@@ -56,13 +55,6 @@ def make_workload(tokenizer, num_requests: int, window_tokens: int) -> Workload:
                     [tokenizer(t)["input_ids"] for t in chat_texts], chat_texts, str(path))
 
 
-def choose_max_model_len(model_path: str) -> int:
-    """MAX_MODEL_LEN, or the model's own limit where that is shorter (the tests' tiny model:
-    vLLM refuses a max_model_len over it, and mini_engine's RoPE table ends there)."""
-    return min(MAX_MODEL_LEN, read_config(model_path).get("max_position_embeddings",
-                                                          MAX_MODEL_LEN))
-
-
 def check_fits(workload: Workload, output_tokens: int, max_model_len: int) -> None:
     """Every request and its answer within max_model_len, else one line and exit 2 (a request
     near the end guesses less: the guesses are cut at max_model_len, never refused)."""
@@ -77,7 +69,6 @@ def kv_budget_bytes(workload: Workload, output_tokens: int, max_k: int, page_siz
     """Bytes that hold every request of the larger workload at once, its answer and a step's
     guesses (fp32's bytes per token: the check runs fp32, and bf16 then holds twice), and at
     least one request of max_model_len, in whole MiB: no request waits or is preempted."""
-    pages = max(max(sum(kv.cdiv(len(p) + output_tokens + max_k, page_size) for p in prompts)
-                    for prompts in (workload.copy_prompts, workload.chat_prompts)),
-                kv.cdiv(max_model_len, page_size))
-    return kv.cdiv(pages * page_size * bytes_per_token, MIB) * MIB
+    return max(kv.pool_bytes([len(p) + output_tokens + max_k for p in prompts], page_size,
+                             bytes_per_token, max_model_len)
+               for prompts in (workload.copy_prompts, workload.chat_prompts))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import accumulate
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -167,17 +168,17 @@ class LLMEngine:
         """The tokens of each row from its logits: the rows without guesses in one call of the
         sampler (as before speculative decoding, so a seeded sampler draws the same), then each
         row with guesses verified on its own 1 + g rows of logits."""
-        first = torch.tensor([c.num_logits for c in chunks]).cumsum(0) - \
-            torch.tensor([c.num_logits for c in chunks])
+        first = list(accumulate((c.num_logits for c in chunks), initial=0))  # each row's first
         plain = [i for i, c in enumerate(chunks) if c.num_logits == 1]
         eos_ok = [len(seqs[i].output_ids) >= seqs[i].min_tokens for i in plain]
-        tokens = self.sampler(logits[first[plain]], [seqs[i].temperature for i in plain], eos_ok)
+        tokens = self.sampler(logits[[first[i] for i in plain]],
+                              [seqs[i].temperature for i in plain], eos_ok)
         new_ids = [[] for _ in seqs]
         for i, token in zip(plain, tokens):
             new_ids[i] = [token]
         for i, (seq, chunk) in enumerate(zip(seqs, chunks)):
             if chunk.num_logits > 1:
-                rows = logits[int(first[i]):int(first[i]) + chunk.num_logits]
+                rows = logits[first[i]:first[i] + chunk.num_logits]
                 # row j makes output token len(output) + j: EOS allowed from min_tokens on
                 new_ids[i] = self.sampler.verify(
                     rows, seq.spec_token_ids, seq.temperature,
@@ -202,8 +203,8 @@ class LLMEngine:
                 continue
             # the verifier keeps the guesses it agrees with, then one token of the model's own;
             # an end of sequence among them cuts the run there
-            guessed = min(len(tokens) - 1, len(self._cut_at_eos(seq, tokens)))
-            tokens = self._cut_at_eos(seq, tokens)
+            kept = self._cut_at_eos(seq, tokens)
+            guessed, tokens = min(len(tokens) - 1, len(kept)), kept
             if seq.spec_token_ids:
                 seq.num_draft_tokens += len(seq.spec_token_ids)
                 seq.num_accepted_tokens += guessed

@@ -137,7 +137,7 @@ class Scheduler:
                 if seq.num_scheduled_tokens and seq.is_decoding:
                     self._schedule_guesses(seq)
         if self.policy == "continuous" or not self.running:
-            self._admit()                                     # 3. waiting requests
+            self._admit()                                     # 4. waiting requests
         return [seq for seq in self.running if seq.num_scheduled_tokens]
 
     @property

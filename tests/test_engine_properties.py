@@ -112,15 +112,12 @@ def requests(draw, shared: tuple):
 
 
 @st.composite
-def cases(draw):
-    page_size = draw(st.sampled_from([1, 3, 4, 8, 16]))
+def engine_settings(draw, page_size: int) -> dict:
+    """The engine's side of a case, drawn after its workload (as hypothesis shrinks and leans,
+    the order of the draws shapes the cases it reaches): pool (from exactly one request's pages
+    to three), batch cap, policy, padding, chunking and the step's token budget."""
     one_request = cdiv(MAX_MODEL_LEN, page_size)      # the least budget the engine accepts
-    # a prefix several requests share (a system prompt), so the prefix cache has hits to take
-    shared = tuple(draw(st.lists(st.integers(1, 49151), min_size=0, max_size=20)))
-    return {"workload": draw(st.lists(requests(shared), min_size=1, max_size=7)),
-            "prefix_caching": draw(st.booleans()),
-            "eos_held_off": draw(st.booleans()),
-            "page_size": page_size,
+    return {"page_size": page_size,
             "num_pages": draw(st.integers(one_request, 3 * one_request)),
             "max_batch": (max_batch := draw(st.integers(1, 5))),
             "policy": draw(st.sampled_from(["continuous", "static"])),
@@ -131,6 +128,17 @@ def cases(draw):
             "budget": draw(st.sampled_from([0, 1, 2, 5, 13, ROOMY_BUDGET])
                            .map(lambda extra, least=max_batch if chunking else MAX_MODEL_LEN:
                                 least + extra))}
+
+
+@st.composite
+def cases(draw):
+    page_size = draw(st.sampled_from([1, 3, 4, 8, 16]))
+    # a prefix several requests share (a system prompt), so the prefix cache has hits to take
+    shared = tuple(draw(st.lists(st.integers(1, 49151), min_size=0, max_size=20)))
+    return {"workload": draw(st.lists(requests(shared), min_size=1, max_size=7)),
+            "prefix_caching": draw(st.booleans()),
+            "eos_held_off": draw(st.booleans()),
+            **draw(engine_settings(page_size))}
 
 
 def check_pages(eng: LLMEngine) -> None:
@@ -287,7 +295,6 @@ def repetitive_requests(draw, alphabet: tuple, shared: tuple):
 @st.composite
 def spec_cases(draw):
     page_size = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
-    one_request = cdiv(MAX_MODEL_LEN, page_size)      # the least budget the engine accepts
     alphabet = tuple(draw(st.lists(st.integers(1, 49151), min_size=2, max_size=4, unique=True)))
     shared = tuple(draw(st.lists(st.sampled_from(alphabet), max_size=16)))
     workload = draw(st.lists(repetitive_requests(alphabet, shared), min_size=1, max_size=5))
@@ -302,15 +309,7 @@ def spec_cases(draw):
             "k": draw(st.integers(1, 8)),
             "n": (n_min, draw(st.integers(n_min, 5))),
             "prefix_caching": draw(st.booleans()),
-            "page_size": page_size,
-            "num_pages": draw(st.integers(one_request, 3 * one_request)),
-            "max_batch": (max_batch := draw(st.integers(1, 5))),
-            "policy": draw(st.sampled_from(["continuous", "static"])),
-            "pad_finished": draw(st.booleans()),
-            "chunking": (chunking := not draw(st.booleans())),
-            "budget": draw(st.sampled_from([0, 1, 2, 5, 13, ROOMY_BUDGET])
-                           .map(lambda extra, least=max_batch if chunking else MAX_MODEL_LEN:
-                                least + extra))}
+            **draw(engine_settings(page_size))}
 
 
 def check_spec_step(eng: LLMEngine, case: dict, before: dict, proposer: NgramProposer) -> set:

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import summary
 from common import cli, html_report, memory, report, results, server, settings
@@ -131,50 +132,84 @@ def run_step(command: list[str], port: int) -> results.LabStepRun:
 
 def main(argv: list[str] | None = None) -> results.LabRun:
     args = parse_args(argv)
-    if server.stop_server(args.port):
-        report.note(f"Stopped the lab's vLLM server left on :{args.port} by an earlier run: the "
-                    f"lab measures every step from a clean start.")
+    stop_a_server_left_running(args.port)
     start = time.perf_counter()
-    commands, done = chosen_steps(args.port, args.steps, args.quick), []
-    try:
-        for command in commands:
-            if command[0] in OWN_ENGINES and server.stop_server(args.port):
-                print()   # a note's text is wrapped: a newline in it would become a space
-                report.note(f"Stopped the lab's vLLM server on :{args.port}: "
-                            f"{command[0]} runs engines of its own.")
-            done.append(run_step(command, args.port))
-            if done[-1].exit_code != 0:
-                break
-    except KeyboardInterrupt:
-        server.stop_server(args.port)
-        raise
+    commands = chosen_steps(args.port, args.steps, args.quick)
+    done = run_steps(commands, args.port)
     run = results.LabRun(port=args.port, quick=args.quick,
                          total_seconds=round(time.perf_counter() - start, 1), steps=done,
                          completed=all(s.exit_code == 0 for s in done)
                          and len(done) == len(commands))
     results.save(SCRIPT, run)
     if not run.completed:
-        stopped = server.stop_server(args.port)   # a failed lab leaves nothing running
-        write_report(args.port)
-        cli.fail(f"{done[-1].script} exited with code {done[-1].exit_code}; the lab stops "
-                 f"here (its output is above)"
-                 + (f"; the vLLM server it started on :{args.port} is stopped" if stopped else ""),
-                 code=1)
+        stop_at_the_failed_step(run)
+    run_summary()
+    write_report(args.port)
+    say_where_the_server_is(commands, args.port)
+    return run
+
+
+def stop_a_server_left_running(port: int) -> None:
+    """A lab server left from an earlier run is stopped, so every step starts from the same
+    clean state (task 5 starts the lab's server again)."""
+    if server.stop_server(port):
+        report.note(f"Stopped the lab's vLLM server left on :{port} by an earlier run: the "
+                    f"lab measures every step from a clean start.")
+
+
+def run_steps(commands: list[list[str]], port: int) -> list[results.LabStepRun]:
+    """Run the steps in order, up to the first that fails. The server the steps before share is
+    stopped before a step that runs engines of its own (its memory is not that step's), and on
+    Ctrl-C."""
+    done = []
+    try:
+        for command in commands:
+            if command[0] in OWN_ENGINES and server.stop_server(port):
+                print()   # a note's text is wrapped: a newline in it would become a space
+                report.note(f"Stopped the lab's vLLM server on :{port}: "
+                            f"{command[0]} runs engines of its own.")
+            done.append(run_step(command, port))
+            if done[-1].exit_code != 0:
+                break
+    except KeyboardInterrupt:
+        server.stop_server(port)
+        raise
+    return done
+
+
+def stop_at_the_failed_step(run: results.LabRun) -> NoReturn:
+    """A failed lab leaves nothing running: the server stopped, the page written with what was
+    saved, one line naming the step, exit 1."""
+    stopped = server.stop_server(run.port)
+    write_report(run.port)
+    failed = run.steps[-1]
+    cli.fail(f"{failed.script} exited with code {failed.exit_code}; the lab stops "
+             f"here (its output is above)"
+             + (f"; the vLLM server it started on :{run.port} is stopped" if stopped else ""),
+             code=1)
+
+
+def run_summary() -> None:
+    """The summary, the machine's ceilings measured first: to the terminal and to
+    results/summary.txt, for the report page."""
     print()
     with open(report_path("summary.py"), "w") as log, contextlib.redirect_stdout(
             Tee(sys.stdout, log)):
         summary.main(["--measure"])
-    write_report(args.port)
+
+
+def say_where_the_server_is(commands: list[list[str]], port: int) -> None:
+    """The closing note: the server was stopped before the first step with engines of its own,
+    or is still running (and how to stop it)."""
     own = [command[0] for command in commands if command[0] in OWN_ENGINES]
     if own:
         report.note(f"The lab's vLLM server was stopped before "
                     f"{lab_steps.by_name()[Path(own[0]).stem].label}; `make dashboard` starts "
                     "one again for the live page.")
     else:
-        stop = "make stop" if args.port == settings.SERVER_PORT else \
-            f"python -m common.server stop --port {args.port}"
-        report.note(f"The vLLM server is still running on :{args.port}; stop it with: {stop}")
-    return run
+        stop = "make stop" if port == settings.SERVER_PORT else \
+            f"python -m common.server stop --port {port}"
+        report.note(f"The vLLM server is still running on :{port}; stop it with: {stop}")
 
 
 def write_report(port: int) -> None:

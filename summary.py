@@ -27,17 +27,9 @@ GB = 1e9
 
 
 @dataclass
-class SummaryRow(results.Record):
-    step: str
-    what: str
-    source: str        # the source's own figure (its section 10), "-" where it has none
-    figure: str        # this run's
-
-
-@dataclass
 class Summary(results.Result):
     """results/summary.json: the table, the roofline, the lab's last run."""
-    rows: list[SummaryRow] = field(default_factory=list)
+    rows: list[steps.SummaryRow] = field(default_factory=list)
     model: str | None = None
     dtype: str | None = None
     cores: int | None = None
@@ -58,42 +50,6 @@ def parse_args(argv: list[str] | None):
                             "model's kernel floor again")
     group.add_argument("--no-roofline", action="store_true", help="leave the roofline out")
     return parser.parse_args(argv)
-
-
-def load_all() -> tuple[dict[str, results.Result], dict[str, str]]:
-    """Every step's saved result, typed (common.steps: the one list), and the lab's last run;
-    with, for each result this lab cannot read, its one line (run it again)."""
-    res, stale = {}, {}
-    loaders = {step.name: step.load for step in steps.STEPS}
-    loaders["lab_run"] = lambda: results.load("lab_run", results.LabRun, "make lab")
-    for name, load in loaders.items():
-        try:
-            record = load()
-        except results.StaleResult as e:
-            stale[name] = str(e)
-            continue
-        if record is not None:
-            res[name] = record
-    return res, stale
-
-
-# --- the section-10 table ---------------------------------------------------------------------
-def table_rows(res: dict[str, results.Result], stale: dict[str, str] | None = None
-               ) -> list[SummaryRow]:
-    """(step, what it showed, the source's figure, this run's) for every step, each built by
-    its script's summary_row from its typed result; a step not run says how to run it, one
-    this lab cannot read says to run it again."""
-    stale = stale or {}
-    rows = []
-    for step in steps.STEPS:
-        if step.name in stale:
-            figure = f"older result: run {step.label} again"
-        elif step.name not in res:
-            figure = f"not run yet: python {step.script}"
-        else:
-            figure = step.row(res[step.name])
-        rows.append(SummaryRow(step.number, step.title, step.source or "-", figure))
-    return rows
 
 
 def what_ran(res: dict[str, results.Result]) -> list[tuple[str, str, list[str]]]:
@@ -250,9 +206,10 @@ def print_what_ran(res: dict[str, results.Result], summary: Summary) -> None:
     report.row("Results", settings.results_dir())
 
 
-def print_table(res: dict[str, results.Result], stale: dict[str, str]) -> list[SummaryRow]:
+def print_table(res: dict[str, results.Result], stale: dict[str, str]
+                ) -> list[steps.SummaryRow]:
     report.section("WHAT EACH STEP SHOWED (source, section 10)")
-    rows = table_rows(res, stale)
+    rows = steps.table_rows(res, stale)
     cells = []
     for r in rows:   # this run's figure, and under it the source's where it has one
         cells.append((r.step, r.what, r.figure))
@@ -348,7 +305,7 @@ def roofline_section(res: dict[str, results.Result], measure: bool, summary: Sum
 
 def main(argv: list[str] | None = None) -> Summary:
     args = parse_args(argv)
-    res, stale = load_all()
+    res, stale = steps.load_all()
     summary = Summary()
     report.title("Summary: the vLLM lab, step by step")
     print_what_ran(res, summary)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> ContiguousKV:
     report.row("Concurrent requests", len(args.lengths))
     print_requests(args, contiguous)
     print_users(args, mean_used, users_contiguous, users_ideal)
-    report.kv_bytes_section(model, in_bytes)
+    kv.print_kv_bytes(model, in_bytes)
     report.insight([
         "Contiguous allocation reserves the worst case for every request",
         f"Here {contiguous.waste_pct:.1f}% of the reserved KV memory holds nothing",

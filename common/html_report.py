@@ -16,7 +16,6 @@ import base64
 import html
 from pathlib import Path
 
-import summary
 from common import cli, figures, report, results, settings, steps
 
 PAGE = "report.html"
@@ -50,16 +49,17 @@ class Section:
 
 
 def sections() -> list[Section]:
-    """The lab's steps, in order (common/steps.py), then the summary."""
-    return ([Section(s.name, s.script, s.record, s.figures, s.label) for s in steps.STEPS]
-            + [Section(summary.SCRIPT, "summary.py", summary.RECORD, summary.FIGURES,
-                       "python summary.py")])
+    """The lab's steps, in order, then the summary (common/steps.py: each read from its
+    script)."""
+    return [Section(s.name, s.script, s.record, s.figures, s.label)
+            for s in [*steps.STEPS, steps.SUMMARY]]
 
 
 def load(parts: list[Section]) -> tuple[dict[str, results.Result], dict[str, str]]:
     """Every saved result, typed, and the one line of each this lab cannot read: the steps' and
-    the lab's run through the summary's loader, then any other part's (the summary's own)."""
-    res, stale = summary.load_all()
+    the lab's run as the summary loads them (common.steps.load_all), then any other part's (the
+    summary's own)."""
+    res, stale = steps.load_all()
     for part in parts:
         if part.name in res or part.name in stale:
             continue
@@ -126,7 +126,7 @@ def header(res: dict[str, results.Result]) -> str:
 
 def steps_table(res: dict[str, results.Result], stale: dict[str, str]) -> str:
     """The source's section 10, step by step: the source's figure beside this run's."""
-    rows = summary.table_rows(res, stale)
+    rows = steps.table_rows(res, stale)
     body = "".join(
         f"<tr><td>{html.escape(r.step)}</td><td>{html.escape(r.what)}</td>"
         f'<td class="source">{html.escape(r.source)}</td><td>{html.escape(r.figure)}</td></tr>'

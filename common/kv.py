@@ -1,12 +1,13 @@
 """KV-cache arithmetic and the data of tasks 3-4: the source's five requests, contiguous
 allocation (task 4's pages are counted against it), token slots in bytes for the model that
-runs, and the engine's capacity derived from the model config (task 2 checks it against what
-vLLM reports). Task 4's own page allocator lives in task_4_paged_attention.py."""
+runs (and their IN BYTES section, printed through common.report), and the engine's capacity
+derived from the model config (task 2 checks it against what vLLM reports). Task 4's own page
+allocator lives in task_4_paged_attention.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common import results
+from common import report, results
 from common.shape import DTYPE_BYTES, ModelShape
 
 
@@ -144,6 +145,34 @@ def kv_bytes(model_kv: ModelKV, budget_bytes: int, block_size: int, max_model_le
                    [(label, per_user, budget_tokens // per_user) for label, per_user in users],
                    derive_capacity(model_kv.bytes_per_token, budget_bytes, block_size,
                                    max_model_len))
+
+
+def print_kv_bytes(model, figures: KVBytes) -> None:
+    """Tasks 3-4's IN BYTES section: token slots in bytes for the model that would run, and in
+    the lab's KV budget (figures: worked out by kv_bytes above)."""
+    model_kv, in_blocks = figures.model_kv, figures.in_blocks
+    bpt = model_kv.bytes_per_token
+    report.section(f"IN BYTES: the model in {model_kv.dtype}")
+    report.row("Model", model.name)
+    report.row("  from", model.source)
+    report.row("  path", model.path)
+    report.row("KV bytes per token", f"{bpt:,} B")
+    report.note(f"= {model_kv.formula()}", indent=2)
+    for label, num_slots in figures.slots:
+        report.row(label, f"{num_slots:,} slots = {num_slots * bpt / MIB:,.2f} MiB")
+    budget_tokens = figures.budget_tokens
+    report.row("KV budget of the lab",
+               f"{figures.budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
+    # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens:
+    # the same derivation task 2 checks against its engine
+    report.row("  in whole vLLM blocks", f"{in_blocks.num_blocks:,} x {in_blocks.block_size} = "
+                                         f"{in_blocks.num_tokens:,} tokens")
+    left = budget_tokens - in_blocks.num_tokens
+    report.note(f"(vLLM allocates whole blocks of {in_blocks.block_size} tokens: "
+                + (f"the {left:,} slots left fill no block; " if left else "")
+                + f"task 2 checks {in_blocks.num_tokens:,} against its engine)", indent=2)
+    for label, slots_per_user, fit in figures.users:
+        report.row(f"  {label}", f"{fit:,} users ({budget_tokens:,} // {slots_per_user})")
 
 
 # --- Tasks 3-4: contiguous pre-allocation (task 4 counts its pages the same way) ------------

@@ -154,36 +154,6 @@ def bar(used: int, total: int, width: int = 50) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-MIB = 1024 * 1024
-
-
-def kv_bytes_section(model, figures) -> None:
-    """Tasks 3-4: token slots in bytes for the model that would run, and in the lab's KV
-    budget (figures: common.kv.KVBytes, worked out there)."""
-    model_kv, in_blocks = figures.model_kv, figures.in_blocks
-    bpt = model_kv.bytes_per_token
-    section(f"IN BYTES: the model in {model_kv.dtype}")
-    row("Model", model.name)
-    row("  from", model.source)
-    row("  path", model.path)
-    row("KV bytes per token", f"{bpt:,} B")
-    note(f"= {model_kv.formula()}", indent=2)
-    for label, num_slots in figures.slots:
-        row(label, f"{num_slots:,} slots = {num_slots * bpt / MIB:,.2f} MiB")
-    budget_tokens = figures.budget_tokens
-    row("KV budget of the lab", f"{figures.budget_bytes / MIB:,.0f} MiB = {budget_tokens:,} slots")
-    # vLLM hands the budget out in whole blocks, so the engine of task 2 reports fewer tokens:
-    # the same derivation task 2 checks against its engine
-    row("  in whole vLLM blocks", f"{in_blocks.num_blocks:,} x {in_blocks.block_size} = "
-                                  f"{in_blocks.num_tokens:,} tokens")
-    left = budget_tokens - in_blocks.num_tokens
-    note(f"(vLLM allocates whole blocks of {in_blocks.block_size} tokens: "
-         + (f"the {left:,} slots left fill no block; " if left else "")
-         + f"task 2 checks {in_blocks.num_tokens:,} against its engine)", indent=2)
-    for label, slots_per_user, fit in figures.users:
-        row(f"  {label}", f"{fit:,} users ({budget_tokens:,} // {slots_per_user})")
-
-
 def progress_clock():
     """A progress printer for a long task: one line per part, with the time since it was made."""
     start = time.perf_counter()

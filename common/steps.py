@@ -1,8 +1,9 @@
 """The one list of the lab's steps. Whatever goes over the lab's steps reads it: `make lab`
-(lab.py) runs them in this order with their arguments, the summary (summary.py) builds its
-section-10 table from their rows beside the source's own figures, results/report.html
-(common/html_report.py) shows them in this order with their figures, and the tests check that
-every task_*.py is here and named in the README.
+(lab.py) runs them in this order with their arguments, the summary (summary.py) prints their
+section-10 table (table_rows: their rows beside the source's own figures) from their saved
+results (load_all), results/report.html (common/html_report.py) shows the same table, then each
+step in this order with its figures, and the tests check that every task_*.py is here and named
+in the README.
 
 Each step's lesson is its script, and the script names what the lab reads back from it:
 
@@ -10,9 +11,11 @@ Each step's lesson is its script, and the script names what the lab reads back f
     summary_row   RECORD -> the figure the summary's table shows for it
     FIGURES       ((file suffix, draw(RECORD) -> Figure), ...): its pictures
 
-so adding a task is its script plus one entry here. The script is imported only when one of
-those is asked for (its heavy libraries, torch or vLLM, load inside its functions); no module of
-the lab imports this one back.
+so adding a task is its script plus one entry here. The script is imported by its name only
+when one of those is asked for (its heavy libraries, torch or vLLM, load inside its functions):
+the arrows point one way, scripts import common/ and no module of common/ imports a script
+(tests/test_layout.py). The summary is named here the same way (SUMMARY), so the report page
+shows its record and figure without importing summary.py.
 """
 from __future__ import annotations
 
@@ -117,3 +120,53 @@ STEPS: list[Step] = [
 def by_name() -> dict[str, Step]:
     """Every step, by results name."""
     return {step.name: step for step in STEPS}
+
+
+# The summary is no step of the list (lab.py calls its main() after them, and it has no row in
+# its own table: number "-"): the report page shows it last, its RECORD and FIGURES read from
+# summary.py by name as a step's are.
+SUMMARY = Step("summary.py", "-", "Summary of the lab")
+
+
+def load_all() -> tuple[dict[str, results.Result], dict[str, str]]:
+    """Every step's saved result, typed, and the lab's last run; with, for each result this lab
+    cannot read, its one line (run it again)."""
+    res, stale = {}, {}
+    loaders = {step.name: step.load for step in STEPS}
+    loaders["lab_run"] = lambda: results.load("lab_run", results.LabRun, "make lab")
+    for name, load in loaders.items():
+        try:
+            record = load()
+        except results.StaleResult as e:
+            stale[name] = str(e)
+            continue
+        if record is not None:
+            res[name] = record
+    return res, stale
+
+
+# --- the section-10 table (the summary prints it, the report page shows it) -----------------
+@dataclass
+class SummaryRow(results.Record):
+    step: str
+    what: str
+    source: str        # the source's own figure (its section 10), "-" where it has none
+    figure: str        # this run's
+
+
+def table_rows(res: dict[str, results.Result], stale: dict[str, str] | None = None
+               ) -> list[SummaryRow]:
+    """(step, what it showed, the source's figure, this run's) for every step, each built by
+    its script's summary_row from its typed result; a step not run says how to run it, one
+    this lab cannot read says to run it again."""
+    stale = stale or {}
+    rows = []
+    for step in STEPS:
+        if step.name in stale:
+            figure = f"older result: run {step.label} again"
+        elif step.name not in res:
+            figure = f"not run yet: python {step.script}"
+        else:
+            figure = step.row(res[step.name])
+        rows.append(SummaryRow(step.number, step.title, step.source or "-", figure))
+    return rows

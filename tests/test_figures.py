@@ -19,7 +19,7 @@ import task_1_hf_baseline as task1
 import task_2_vllm_inference as task2
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
-from common import figures, html_report, results, settings
+from common import figures, html_report, results, settings, steps
 from common import roofline as rl
 from tests import hand_results as hand
 from tests import test_task_9 as task_9_tests
@@ -63,7 +63,7 @@ def save_hand_results() -> dict[str, results.Result]:
     results.save("task_10_prefix_caching", task_10_tests.hand_result())
     results.save("task_11_chunked_prefill", task_11_tests.hand_result())
     results.save("task_12_speculative_decoding", task_12_tests.hand_result())
-    res, _ = summary.load_all()
+    res, _ = steps.load_all()
     cost = rl.model_cost(SMOL, "float32", 4)
     machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
     floor = rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.070, 20: 0.180})

@@ -22,9 +22,9 @@ tokens in a shuffled order). It prints four parts:
    /metrics; and the offline LLM.generate's RequestOutput.num_cached_tokens.
 
 Every pair of runs, measured, printed and saved, is in one order: cache off, then cache on. This
-file sets up and measures, then prints in that order; beside it in lessons/: the workloads
-(task_10_workloads.py), the record and the summary's row (task_10_record.py), the printing and
-the insights (task_10_report.py), the figure of the shared pages (task_10_figure.py).
+file sets up and measures, then prints in that order; beside it in lessons/task_10/: the
+workloads (workloads.py), the record and the summary's row (record.py), the printing and the
+insights (report.py), the figure of the shared pages (figure.py).
 
     python task_10_prefix_caching.py [--requests 32] [--system-tokens 80] [--output 16]
         [--page-size 16] [--max-batch 16] [--no-vllm] [--port 8000] [--model M]
@@ -37,11 +37,11 @@ import statistics
 import time
 
 from common import cli, engine, figures, load, metrics, report, results, server, settings
-from lessons import task_10_report
-from lessons.task_10_figure import draw_shared_pages
-from lessons.task_10_record import (LABELS, Correctness, EngineRun, OfflineRequest, PageSnapshot,
+from lessons.task_10.figure import draw_shared_pages
+from lessons.task_10.record import (LABELS, Correctness, EngineRun, OfflineRequest, PageSnapshot,
                                     PrefixCaching, ServerRun, Settings, summary_row)
-from lessons.task_10_workloads import (LONG_MAX_MODEL_LEN, Workload, chat_workload,
+from lessons.task_10.report import print_report, print_run_info
+from lessons.task_10.workloads import (LONG_MAX_MODEL_LEN, Workload, chat_workload,
                                        choose_max_model_len, control_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
 from mini_engine.engine import eos_token_ids
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> PrefixCaching:
     s = settings_of(args, choose_max_model_len(chat, args.output))
     eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
-    task_10_report.print_run_info(model_choice, dtype, header.threads, s, chat.shape())
+    print_run_info(model_choice, dtype, header.threads, s, chat.shape())
 
     progress("Part 1: cache on and off, transformers (fp32)...")
     correct = check_correct(model_choice.path, tokenizer, eos_ids, chat, s)
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> PrefixCaching:
 
     record = PrefixCaching(s, chat.shape(), correct, identical(*runs), runs, ctrl, vllm, offline,
                            header=header)
-    task_10_report.print_report(record)
+    print_report(record)
     figures.saved(results.save(SCRIPT, record), record, FIGURES)
     cli.fail_if_any_failed(sum(r.level.num_failed for r in vllm or []))
     return record

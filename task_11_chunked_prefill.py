@@ -22,10 +22,10 @@ budget of --budgets. It prints three parts:
    (--no-enable-chunked-prefill, then --max-num-batched-tokens N): the same figures from the
    streamed tokens, and the steps from /metrics (vllm:iteration_tokens_total).
 
-This file sets up and measures, then prints; beside it in lessons/: the workload
-(task_11_workloads.py), vLLM's staggered load and histogram (task_11_load.py), the record and
-the summary's row (task_11_record.py), the printing and the insights (task_11_report.py), the
-figure of the steps and the stalls (task_11_figure.py).
+This file sets up and measures, then prints; beside it in lessons/task_11/: the workload
+(workloads.py), vLLM's staggered load and histogram (load.py), the record and the summary's row
+(record.py), the printing and the insights (report.py), the figure of the steps and the stalls
+(figure.py).
 
     python task_11_chunked_prefill.py [--budgets 512,256,128,64] [--chats 4] [--chat-output 64]
         [--long-docs 2] [--long-tokens 1200] [--long-output 16] [--no-vllm] [--port 8000]
@@ -39,13 +39,13 @@ import time
 from common import cli, figures, load, metrics, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
-from lessons import task_11_report
-from lessons.task_11_figure import draw_chunking
-from lessons.task_11_load import (iteration_tokens, prefill_steps, staggered_load,
+from lessons.task_11.figure import draw_chunking
+from lessons.task_11.load import (iteration_tokens, prefill_steps, staggered_load,
                                   tokens_at_arrival)
-from lessons.task_11_record import (ChunkedPrefill, Correctness, EngineRun, Latency, ServerRun,
+from lessons.task_11.record import (ChunkedPrefill, Correctness, EngineRun, Latency, ServerRun,
                                     Settings, Timeline, label_of, summary_row)
-from lessons.task_11_workloads import (LONG_DOCS, MAX_MODEL_LEN, Workload, check_fits,
+from lessons.task_11.report import print_report, print_run_info
+from lessons.task_11.workloads import (LONG_DOCS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.engine import eos_token_ids
@@ -261,8 +261,8 @@ def main(argv: list[str] | None = None) -> ChunkedPrefill:
     s = settings_of(args, model_choice.path, w)
     eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
-    task_11_report.print_run_info(model_choice, dtype, header.threads, s, w.shape(),
-                                  source_text(LONG_DOCS)[2])
+    print_run_info(model_choice, dtype, header.threads, s, w.shape(),
+                   source_text(LONG_DOCS)[2])
 
     progress("Part 1: each budget against no chunking (fp32)...")
     correct = check_correct(model_choice.path, tokenizer, eos_ids, w, s)
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> ChunkedPrefill:
     progress("done")
 
     record = ChunkedPrefill(s, w.shape(), correct, identical(runs), runs, vllm, header=header)
-    task_11_report.print_report(record)
+    print_report(record)
     figures.saved(results.save(SCRIPT, record), record, FIGURES)
     cli.fail_if_any_failed(sum(r.level.num_failed for r in vllm or []))
     return record

@@ -21,10 +21,9 @@ other) and --requests at once, speculation off, then at each k of --k. It prints
    {"method": "ngram", ...} at the middle k of --k: the same figures, the accepted share from its
    own counters in /metrics, and whether the greedy text changed.
 
-This file sets up and measures, then prints; beside it in lessons/: the workloads
-(task_12_workloads.py), the record and the summary's row (task_12_record.py), the printing and
-the insights (task_12_report.py), the figure of an answer's tokens and the speed-ups
-(task_12_figure.py).
+This file sets up and measures, then prints; beside it in lessons/task_12/: the workloads
+(workloads.py), the record and the summary's row (record.py), the printing and the insights
+(report.py), the figure of an answer's tokens and the speed-ups (figure.py).
 
     python task_12_speculative_decoding.py [--k 2,4,8] [--ngram 2,4] [--requests 16]
         [--output 64] [--quick] [--no-vllm] [--port 8000] [--base-url URL] [--model M]
@@ -42,11 +41,11 @@ import time
 from common import cli, figures, load, metrics, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
-from lessons import task_12_report
-from lessons.task_12_figure import draw_speculation
-from lessons.task_12_record import (WORKLOADS, Answer, Check, EngineRun, ServerRun, Settings,
+from lessons.task_12.figure import draw_speculation
+from lessons.task_12.record import (WORKLOADS, Answer, Check, EngineRun, ServerRun, Settings,
                                     SpeculativeDecoding, summary_row)
-from lessons.task_12_workloads import (COPY_WINDOWS, MAX_MODEL_LEN, Workload, check_fits,
+from lessons.task_12.report import print_report, print_run_info
+from lessons.task_12.workloads import (COPY_WINDOWS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.engine import eos_token_ids
@@ -296,8 +295,8 @@ def main(argv: list[str] | None = None) -> SpeculativeDecoding:
     s = settings_of(args, model_choice.path, w)
     eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
-    task_12_report.print_run_info(model_choice, dtype, header.threads, s, w.shape(),
-                                  source_text(COPY_WINDOWS)[2])
+    print_run_info(model_choice, dtype, header.threads, s, w.shape(),
+                   source_text(COPY_WINDOWS)[2])
 
     progress("Part 1: speculation on against off (fp32)...")
     correct = check_correct(model_choice.path, eos_ids, w, s)
@@ -310,7 +309,7 @@ def main(argv: list[str] | None = None) -> SpeculativeDecoding:
     progress("done")
 
     record = SpeculativeDecoding(s, w.shape(), correct, runs, answers, vllm, header=header)
-    task_12_report.print_report(record)
+    print_report(record)
     figures.saved(results.save(SCRIPT, record), record, FIGURES)
     cli.fail_if_any_failed(sum(r.level.num_failed for r in vllm or []))
     return record

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from common import cli, figures, kv, report, results, settings
-from lessons import task_4_pool_figure
+from lessons.task_4.figure import draw_pages
 
 SCRIPT = "task_4_paged_attention"
 
@@ -182,7 +182,7 @@ def summary_row(res: PagedKV) -> str:
     return f"utilisation {res.paged.utilization_pct}%, users {res.users_ratio}x"
 
 
-FIGURES = (("", task_4_pool_figure.draw_pages),)   # lessons/task_4_pool_figure.py
+FIGURES = (("", draw_pages),)   # lessons/task_4/figure.py
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> PagedKV:
 
     print_pages(args, paged)
     print_comparison(args, contiguous, paged, mean_paged, users_contiguous, users_paged)
-    report.kv_bytes_section(model, in_bytes)
+    kv.print_kv_bytes(model, in_bytes)
     report.insight(insights(contiguous, paged))
 
     record = result(args, contiguous, paged, mean_paged, users_contiguous, users_paged, in_bytes,

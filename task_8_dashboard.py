@@ -6,8 +6,8 @@ refreshes every second: generation tokens/s, requests running and waiting, KV-ca
 time to first token and end-to-end latency, the prefix cache's hit rate (task 10), with plots of
 the last minutes. A button on the page sends N concurrent requests, so you can watch the KV
 cache fill and the batch grow and drain. When the server goes down the page says so and picks
-up again when it is back. The page and the Monitor behind it are in lessons/task_8_monitor.py,
-the report's printing in lessons/task_8_report.py; the snapshot's measurement is here.
+up again when it is back. The page and the Monitor behind it are in lessons/task_8/monitor.py,
+the report's printing in lessons/task_8/report.py; the snapshot's measurement is here.
 
     python task_8_dashboard.py                  # dashboard on http://127.0.0.1:7860, Ctrl-C stops
     python task_8_dashboard.py --host 0.0.0.0   # on a remote lab VM: reachable from your browser
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import requests
 
 from common import cli, figures, metrics, report, results, server, settings
-from lessons import task_8_monitor as monitor
-from lessons import task_8_report as show
+from lessons.task_8 import monitor
+from lessons.task_8 import report as show
 
 SCRIPT = "task_8_dashboard"
 LOAD_ADMIT_TIMEOUT_S = 60   # how long --load waits for the server to take all its requests in

@@ -13,13 +13,13 @@ It prints four parts:
 3. Where the step time goes: the engine's phases at batch 1 and at the cap, beside the model's
    matmuls timed alone (the kernel floor) and one read of the weights at the memory bandwidth,
    and the kernel each kind of linear layer chose when the model loaded
-   (lessons/task_9_profile.py).
+   (lessons/task_9/profile.py).
 4. Against the real thing: the same workload through vLLM's LLM.generate (the lab's settings,
    the same batch cap) and transformers' generate in static padded batches. The engine's model
    and transformers' are freed first: vLLM's engine needs the memory.
 
-Here: setting up and measuring parts 1, 2 and 4. The run's record: lessons/task_9_record.py;
-its report: lessons/task_9_report.py; its figures: lessons/task_9_figures.py.
+Here: setting up and measuring parts 1, 2 and 4. The run's record: lessons/task_9/record.py;
+its report: lessons/task_9/report.py; its figures: lessons/task_9/figure.py.
 
     python task_9_build_your_own_engine.py [--requests 48] [--max-batch 16] [--mean-output 10]
         [--seed 0] [--page-size 16] [--kv-bytes 134217728] [--policy both] [--no-vllm]
@@ -35,18 +35,17 @@ from dataclasses import dataclass
 
 from common import cli, engine, figures, kv, load, report, results, settings
 from common.shape import ModelShape, torch_dtype
-from lessons import task_9_figures, task_9_record
-from lessons import task_9_profile as profile
-from lessons.task_9_record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
+from lessons.task_9 import figure, profile, record
+from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
                                    RunSettings, VllmRun, VllmSettings)
-from lessons.task_9_report import print_header, print_report
+from lessons.task_9.report import print_header, print_report
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
 from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_9_build_your_own_engine"
 RECORD = OwnEngine                          # the lab reads results/<SCRIPT>.json back as this
-summary_row = task_9_record.summary_row     # the summary's cell: "8/8 = HF, 1.65x static, ..."
-FIGURES = task_9_figures.FIGURES            # the batching timeline, the step's phases
+summary_row = record.summary_row            # the summary's cell: "8/8 = HF, 1.65x static, ..."
+FIGURES = figure.FIGURES                    # the batching timeline, the step's phases
 # Part 1: prompts of different lengths (3 to 30 tokens), each generating CHECK_TOKENS greedily.
 CHECK_PROMPTS = [
     "Hi", "The capital of France is", settings.PROMPT, *load.user_prompts(3),
@@ -204,7 +203,7 @@ def run_policies(model: Llama, eos_ids, workload: list[Request], args, progress
     return runs, engines
 
 
-# --- part 3, where the step time goes: lessons/task_9_profile.py ------------------------------
+# --- part 3, where the step time goes: lessons/task_9/profile.py ------------------------------
 # --- part 4: the real thing ------------------------------------------------------------------
 def run_hf_static(hf_model, tokenizer, workload: list[Request], max_batch: int) -> HFRun:
     """transformers' generate in static batches of max_batch, left-padded; every row runs to the
@@ -277,7 +276,7 @@ def main(argv: list[str] | None = None) -> OwnEngine:
         header=results.RunHeader.of(model_choice, dtype, torch.get_num_threads()),
         settings=RunSettings.of(args), correctness=correct,
         workload_num_output_tokens=[r.num_output for r in workload], policies=runs,
-        timelines={label: task_9_record.timeline_record(e.steps) for label, e in engines.items()},
+        timelines={label: record.timeline_record(e.steps) for label, e in engines.items()},
         phases=split, machine=profile.machine_bounds(model, dtype.dtype, list(split)),
         linear_choices=profile.linear_choices(model))
     if not args.no_vllm:
@@ -288,7 +287,7 @@ def main(argv: list[str] | None = None) -> OwnEngine:
         progress("Part 4: vLLM's LLM.generate...")
         run.vllm = run_vllm(model_choice.path, dtype.dtype, workload, args.max_batch)
     progress("done")
-    run.continuous_over_static, run.engine_over_vllm = task_9_record.ratios(runs, run.vllm)
+    run.continuous_over_static, run.engine_over_vllm = record.ratios(runs, run.vllm)
 
     print_report(run)
     figures.saved(results.save(SCRIPT, run), run, FIGURES)

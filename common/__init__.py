@@ -1,12 +1,13 @@
 """Shared pieces of the vLLM lab: one room per concern, one line each. Only what two or more
 scripts use lives here; a lesson's own code (task 4's page allocator, task 8's monitor, each
-task's record, figure and summary row) lives in its script or in lessons/task_<N>_*.py.
+task's record, figure and summary row) lives in its script or in lessons/task_<N>/.
 
 settings     - the source's settings, the CPU environment for vLLM, the dtype policy, the machine
 shape        - the model's shape from config.json (ModelShape) and the one dtype map
 model        - which model runs (flag / LAB_MODEL / hub / packaged offline model), remembered
 cli          - argument parsing that fails with one clear line and exit code 2; cli.run(main)
-kv           - KV-cache arithmetic, tasks 3-4's requests, capacity in whole blocks
+kv           - KV-cache arithmetic, tasks 3-4's requests and their IN BYTES section, capacity in
+               whole blocks
 engine       - the vLLM engine and the HuggingFace baseline, measured the same way
 server       - the lab's vLLM OpenAI server: start, reuse, restart, stop (values in, no printing)
 load         - the load generator: concurrent streamed requests, TTFT/TPOT/latency per level
@@ -18,7 +19,8 @@ roofline     - the roofline of decoding: ceilings, kernel floor, steps placed on
 report       - the boxed report every script prints (printing only)
 results      - results/<script>.json: the run header, typed records, one save and one load
 steps        - the one list of the lab's steps (make lab, summary, report page), each read
-               from its script: RECORD, summary_row, FIGURES
+               from its script: RECORD, summary_row, FIGURES; their saved results and
+               section-10 rows; the summary's script, named the same way
 figures      - the shared drawing helpers; drawing a result's figures into PNGs
 html_report  - results/report.html: the section-10 table first, the figures, every report folded
 """

@@ -1,6 +1,6 @@
 """Task 8: the metrics parsing on /metrics texts captured from the real lab server (idle, with 12
 requests running, after they finished), its record and summary row, the Monitor
-(lessons/task_8_monitor.py) against a real HTTP endpoint that goes down and comes back, `--once`
+(lessons/task_8/monitor.py) against a real HTTP endpoint that goes down and comes back, `--once`
 (its interval counting the load it reports), and the page itself in a real headless Chromium against a real vLLM
 server on the tiny model that the dashboard starts: load sent from the page, figures rising,
 the server stopped when the dashboard stops."""
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from common import metrics, results, server, settings
-from lessons import task_8_monitor as monitor
-from lessons import task_8_report
+from lessons.task_8 import monitor
+from lessons.task_8 import report as task_8_report
 from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
 from tests.test_server_tasks import processes_on_port
 
@@ -184,7 +184,7 @@ def test_monitor_follows_the_server_down_and_back():
 
 
 def test_plot_frames_are_typed_and_hold_every_series():
-    """What the page's plots get (see task_8_monitor.plot_frame): numbers as numbers even with
+    """What the page's plots get (see monitor.plot_frame): numbers as numbers even with
     no row yet, and every series in every frame, NaN where it has no value."""
     def point(t_s, ttft):
         return monitor.Point(t_s, None, 0, 0, None, ttft, None)

@@ -10,7 +10,7 @@ import pytest
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
 from common import figures, kv, settings, steps
-from lessons import task_4_pool_figure
+from lessons.task_4 import figure as task_4_figure
 from tests import hand_results as hand
 from tests.conftest import run_script, saved_result
 
@@ -174,7 +174,7 @@ def test_pool_owners_of_the_source_requests():
     them again as its 15th and 16th pages (logical 14 and 15). 34 holdings of 32 pages."""
     names = ["a", "b", "c", "d", "e"]
     run = task4.run_paged([45, 128, 23, 256, 67], names, page_size=16, num_pool_pages=32)
-    owners = task_4_pool_figure.pool_owners(task4.saved_requests(run), 32)
+    owners = task_4_figure.pool_owners(task4.saved_requests(run), 32)
     assert [o[0] for o in owners[:5]] == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)]
     assert owners[2] == [(2, 0), (3, 14)] and owners[7] == [(2, 1), (3, 15)]
     assert all(len(o) == 1 for page, o in enumerate(owners) if page not in (2, 7))

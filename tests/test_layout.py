@@ -1,10 +1,11 @@
 """The house rules of the code's layout (issue 22), checked on the source itself: no import
-circle, mini_engine on its own, task scripts that read like a lesson, the summary and the
-report page reading attributes, not keys."""
+circle, mini_engine on its own, task scripts that read like a lesson, a lesson's parts in one
+package beside its script, the summary and the report page reading attributes, not keys."""
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from pathlib import Path
 
@@ -14,15 +15,20 @@ from common import steps
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("common", "mini_engine", "lessons", "benchmarks", "tools")
+# A lesson's parts (lessons/task_<N>/) are named by their role, the same in every task...
+LESSON_ROLES = ("record", "report", "figure", "workloads")
+# ...and a task's own extra part by what it is, declared here
+LESSON_OWN_PARTS = {"task_8": ("monitor",), "task_9": ("profile",), "task_11": ("load",)}
 
 
 def project_modules() -> dict[str, Path]:
-    """Every module of the project by its import name (top-level scripts and packages)."""
+    """Every module of the project by its import name (top-level scripts, packages and their
+    subpackages: lessons.task_9.record)."""
     found = {p.stem: p for p in REPO.glob("*.py")}
     for package in PACKAGES:
-        for path in (REPO / package).glob("*.py"):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            found[name] = path
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -76,10 +82,16 @@ def test_the_cycle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def packages_above(name: str) -> set[str]:
+    """'lessons.task_9.record' -> {'lessons', 'lessons.task_9'}."""
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
 def test_no_module_imports_a_module_that_imports_it_back():
     modules = project_modules()
-    graph = {name: imports_of(path, modules) - {name.split(".")[0]} if "." in name else
-             imports_of(path, modules) for name, path in modules.items()}
+    graph = {name: imports_of(path, modules) - packages_above(name)
+             for name, path in modules.items()}
     # a package's module importing its own package's __init__ is how Python loads it, not a circle
     assert cycles(graph) == []
 
@@ -90,6 +102,49 @@ def test_mini_engine_imports_nothing_of_the_lab():
         if name.startswith("mini_engine"):
             lab = {m for m in imports_of(path, modules) if not m.startswith("mini_engine")}
             assert not lab, f"{path.name} imports {sorted(lab)}"
+
+
+def test_no_module_of_common_imports_a_top_level_script():
+    """The arrows point down: scripts import common/, never the other way. common/steps.py
+    names each script by its file, and imports it by that name only when asked (Step.lesson)."""
+    modules = project_modules()
+    scripts = {p.stem for p in REPO.glob("*.py")}
+    for name, path in modules.items():
+        if name.split(".")[0] == "common":
+            up = imports_of(path, modules) & scripts
+            assert not up, f"common/{path.name} imports {sorted(up)}"
+
+
+def test_the_report_page_reads_the_summary_by_its_name():
+    """The summary is no step of the list, but common/steps.py names its script (SUMMARY) the
+    way it names a step's, so the report page reads its record and figures without an import."""
+    summary = steps.SUMMARY.lesson
+    assert steps.SUMMARY not in steps.STEPS and steps.SUMMARY.name == summary.SCRIPT
+    assert steps.SUMMARY.record is summary.RECORD and steps.SUMMARY.figures == summary.FIGURES
+
+
+def test_a_lesson_is_one_package_beside_its_script():
+    """Every module under lessons/ is in a package lessons/task_<N>/ whose script task_<N>_*.py
+    exists, named by its role (LESSON_ROLES) or declared as its task's own part
+    (LESSON_OWN_PARTS); the package's docstring names the script and each part."""
+    lessons = REPO / "lessons"
+    assert [p.name for p in lessons.glob("*.py")] == ["__init__.py"], "lessons/ holds packages only"
+    packages = sorted(p for p in lessons.iterdir() if p.is_dir() and p.name != "__pycache__")
+    for package in packages:
+        assert re.fullmatch(r"task_\d+", package.name), f"lessons/{package.name}/: not task_<N>"
+        scripts = [p.name for p in REPO.glob(f"{package.name}_*.py")]
+        assert len(scripts) == 1, f"lessons/{package.name}/ has no task script beside it"
+        assert (package / "__init__.py").is_file(), f"lessons/{package.name}/ has no __init__.py"
+        assert not [p for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"], (
+            f"lessons/{package.name}/ holds modules only")
+        parts = {p.stem for p in package.glob("*.py")} - {"__init__"}
+        allowed = set(LESSON_ROLES) | set(LESSON_OWN_PARTS.get(package.name, ()))
+        assert parts <= allowed, f"lessons/{package.name}/: {sorted(parts - allowed)} not a role"
+        docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        for name in [*scripts, *(f"{part}.py" for part in parts)]:
+            assert name in docstring, f"lessons/{package.name}/__init__.py does not list {name}"
+    for task, own in LESSON_OWN_PARTS.items():   # the allow-list names only parts that exist
+        assert all((lessons / task / f"{part}.py").is_file() for part in own), task
 
 
 def main_length(path: Path) -> int:

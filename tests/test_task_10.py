@@ -10,8 +10,8 @@ import pytest
 import task_10_prefix_caching as task10
 from common import figures, results, settings, steps
 from common.load import LoadLevel
-from lessons import task_10_report
-from lessons.task_10_record import (Correctness, EngineRun, OfflineRequest, PageSnapshot,
+from lessons.task_10 import report as task_10_report
+from lessons.task_10.record import (Correctness, EngineRun, OfflineRequest, PageSnapshot,
                                     ServerRun, Settings, WorkloadShape)
 from tests.conftest import assert_fits, run_script, saved_result
 

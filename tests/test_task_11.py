@@ -10,9 +10,9 @@ import pytest
 import task_11_chunked_prefill as task11
 from common import figures, results, server, steps
 from common.load import LoadLevel
-from lessons import task_11_report
-from lessons.task_11_load import iteration_tokens, prefill_steps, tokens_at_arrival
-from lessons.task_11_record import (ChunkedPrefill, Correctness, EngineRun, IterationTokens,
+from lessons.task_11 import report as task_11_report
+from lessons.task_11.load import iteration_tokens, prefill_steps, tokens_at_arrival
+from lessons.task_11.record import (ChunkedPrefill, Correctness, EngineRun, IterationTokens,
                                     Latency, ServerRun, Settings, Timeline, WorkloadShape,
                                     summary_row)
 from tests.conftest import assert_fits

@@ -11,9 +11,9 @@ import pytest
 import task_12_speculative_decoding as task12
 from common import figures, results, server, steps
 from common.load import LoadLevel
-from lessons import task_12_report
-from lessons.task_12_figure import NEWLINE, text_grid
-from lessons.task_12_record import (Answer, Check, EngineRun, ServerRun, Settings,
+from lessons.task_12 import report as task_12_report
+from lessons.task_12.figure import NEWLINE, text_grid
+from lessons.task_12.record import (Answer, Check, EngineRun, ServerRun, Settings,
                                     SpeculativeDecoding, WorkloadShape, summary_row)
 from tests.conftest import assert_fits
 from tests.hand_results import assert_figure_reads_well

@@ -9,9 +9,10 @@ import pytest
 
 import task_9_build_your_own_engine as task9
 from common import figures, results, settings, steps
-from lessons import task_9_profile, task_9_report
-from lessons.task_9_figures import batching_timeline, ids_of, runs_of, step_phases, timeline_grid
-from lessons.task_9_record import (Correctness, HFRun, LinearChoice, LinearChoices,
+from lessons.task_9 import profile as task_9_profile
+from lessons.task_9 import report as task_9_report
+from lessons.task_9.figure import batching_timeline, ids_of, runs_of, step_phases, timeline_grid
+from lessons.task_9.record import (Correctness, HFRun, LinearChoice, LinearChoices,
                                    MachineBounds, Mismatch, OwnEngine, Phases, PolicyRun,
                                    RunSettings, StepTimeline, VllmRun, VllmSettings, ratios,
                                    timeline_record)

@@ -1,7 +1,7 @@
 """Task 10's figure (task_10_prefix_caching.py draws it after saving): the first requests' page
 tables at the step that held the most pages, cache on, the pages several requests point at in
 one colour; beside them, the pages held against what the same tables would hold unshared. A pure
-function of the saved record (lessons/task_10_record.py's PrefixCaching), read by attribute."""
+function of the saved record (lessons/task_10/record.py's PrefixCaching), read by attribute."""
 from __future__ import annotations
 
 from common import figures

@@ -1,11 +1,11 @@
 """Task 10's report (task_10_prefix_caching.py prints it, in this order): what ran, then the
 four parts (correct, the pages, mini_engine measured, vLLM) and the KEY INSIGHT lines. Printing
-only: the script measures, these print its record (lessons/task_10_record.py), read by attribute,
+only: the script measures, these print its record (lessons/task_10/record.py), read by attribute,
 every pair of runs in the record's order, cache off then cache on."""
 from __future__ import annotations
 
 from common import load, report, settings
-from lessons.task_10_record import Correctness, EngineRun, PrefixCaching, Settings, WorkloadShape
+from lessons.task_10.record import Correctness, EngineRun, PrefixCaching, Settings, WorkloadShape
 
 WIDTHS = [33, 16, 16]   # the tables' columns: what, cache off, cache on
 

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 
 from common import cli, load, settings
-from lessons.task_10_record import WorkloadShape
+from lessons.task_10.record import WorkloadShape
 
 # A real instruction text, a teaching assistant's system prompt (132 tokens with SmolLM's
 # tokenizer); --system-tokens keeps its first N tokens.

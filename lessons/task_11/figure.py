@@ -2,7 +2,7 @@
 chunking (top) and at the smallest budget (bottom). Left, per engine step, the tokens it computed,
 stacked as decode (one a decoding request) and prefill, the budget drawn as a line; right, when
 each chat's tokens came, where a long prefill shows as a gap in every row. A pure function of
-the saved record (lessons/task_11_record.py's ChunkedPrefill), read by attribute."""
+the saved record (lessons/task_11/record.py's ChunkedPrefill), read by attribute."""
 from __future__ import annotations
 
 from common import figures

@@ -15,7 +15,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from common import load
-from lessons.task_11_record import IterationTokens
+from lessons.task_11.record import IterationTokens
 
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
 

@@ -131,7 +131,7 @@ class ServerRun(results.Record):
     steps: IterationTokens | None = None    # None: the server exports no histogram
     # the steps the long documents' prefill took, as the chats' streams show them: a chat's
     # tokens that came between the documents' arrival and their last first token, but the first
-    # (lessons/task_11_load.py; None: a chat had finished before, or a request failed)
+    # (lessons/task_11/load.py; None: a chat had finished before, or a request failed)
     num_prefill_steps: int | None = None
     num_chat_tokens_at_arrival: int | None = None   # the fewest any chat had streamed then
     startup_s: float | None = None          # None: a server already running was used

@@ -1,13 +1,13 @@
 """Task 11's report (task_11_chunked_prefill.py prints it, in this order): what ran, then the
 three parts (correct, mini_engine measured, vLLM) and the KEY INSIGHT lines, each chosen from the
 figures it states. Printing only: the script measures, these print its record
-(lessons/task_11_record.py), read by attribute, every list of runs in the record's order, no
+(lessons/task_11/record.py), read by attribute, every list of runs in the record's order, no
 chunking first."""
 from __future__ import annotations
 
 from common import report
-from lessons.task_11_record import NO_CHUNKING, ChunkedPrefill, Latency, ServerRun, Settings
-from lessons.task_11_workloads import INSTRUCTION
+from lessons.task_11.record import NO_CHUNKING, ChunkedPrefill, Latency, ServerRun, Settings
+from lessons.task_11.workloads import INSTRUCTION
 
 LABEL_WIDTH = 25   # the tables' first column; the settings share the other 40
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from common import cli, kv, load, settings
 from common.texts import source_text, templated
-from lessons.task_11_record import WorkloadShape
+from lessons.task_11.record import WorkloadShape
 
 INSTRUCTION = "Summarise: "
 LONG_DOCS = "the long documents"    # what is cut from the text (common/texts.py)

@@ -4,11 +4,11 @@ accepted guess, or the model's own token (its first, each one after a rejected g
 after a run of accepted ones). Right, above, the tokens a decoding request gained in a step, 1
 to k + 1, for both workloads; below, the speed-up of speculation over none, mini_engine at each k
 and vLLM, one request at a time and many at once, copy and chat. A pure function of the saved
-record (lessons/task_12_record.py's SpeculativeDecoding), read by attribute."""
+record (lessons/task_12/record.py's SpeculativeDecoding), read by attribute."""
 from __future__ import annotations
 
 from common import figures
-from lessons.task_12_record import WORKLOADS
+from lessons.task_12.record import WORKLOADS
 
 GUESS, OWN = "#9AD0F0", "#F5C26B"       # the palette's sky blue and orange, lightened for text
 WORKLOAD_COLOURS = {"copy": figures.color(4), "chat": figures.color(0)}

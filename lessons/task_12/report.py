@@ -1,12 +1,12 @@
 """Task 12's report (task_12_speculative_decoding.py prints it, in this order): what ran, then the
 three parts (correct, mini_engine measured, vLLM) and the KEY INSIGHT lines, each chosen from the
 figures it states. Printing only: the script measures, these print its record
-(lessons/task_12_record.py), read by attribute."""
+(lessons/task_12/record.py), read by attribute."""
 from __future__ import annotations
 
 from common import report
-from lessons.task_12_record import WORKLOADS, EngineRun, ServerRun, SpeculativeDecoding
-from lessons.task_12_workloads import INSTRUCTION
+from lessons.task_12.record import WORKLOADS, EngineRun, ServerRun, SpeculativeDecoding
+from lessons.task_12.workloads import INSTRUCTION
 
 LABEL_WIDTH = 25        # the tables' first column; the runs share the other 40
 SOURCE_SPEEDUP = "1.1x"  # the source's vLLM over HuggingFace, one request (its section 10)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from common import cli, kv, load, settings
 from common.texts import source_text, templated
-from lessons.task_12_record import WorkloadShape
+from lessons.task_12.record import WorkloadShape
 
 INSTRUCTION = "Repeat the following text exactly, word for word:\n\n"
 COPY_WINDOWS = "the copy prompts"   # what is cut from the text (common/texts.py)

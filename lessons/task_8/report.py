@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 
 from common import metrics, report, settings
-from lessons.task_8_monitor import LATENCY_WINDOW_S
+from lessons.task_8.monitor import LATENCY_WINDOW_S
 
 PRODUCTION = "Production watches these same /metrics: Prometheus scrapes them, Grafana plots them"
 

@@ -1,4 +1,4 @@
-"""Task 9's figures, drawn from its saved record (lessons/task_9_record.py) by attribute:
+"""Task 9's figures, drawn from its saved record (lessons/task_9/record.py) by attribute:
 
     results/task_9_build_your_own_engine.png         the batching timeline: x the engine step,
                                                      y the batch slot, a colour per request
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common import figures
-from lessons.task_9_record import OwnEngine
+from lessons.task_9.record import OwnEngine
 
 
 # --- the batching timeline ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ import statistics
 
 from common import report, settings
 from common import roofline as rl
-from lessons.task_9_record import LinearChoice, LinearChoices, MachineBounds, Phases
+from lessons.task_9.record import LinearChoice, LinearChoices, MachineBounds, Phases
 from mini_engine import PHASES, LLMEngine, Llama
 
 PHASE_TOKENS = 24    # the batch-1 run whose decode steps are timed

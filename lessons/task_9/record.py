@@ -3,7 +3,7 @@ the order its report prints it: the settings, part 1's check against transformer
 policies and their batching timelines, part 3's step profile (phases, the machine's bounds, the
 linear layers' kernel choice), part 4's vLLM and transformers runs, and the two ratios the
 summary shows. task_9_build_your_own_engine.py builds it as it measures; the report
-(lessons/task_9_report.py), the figures (lessons/task_9_figures.py) and the summary read it by
+(lessons/task_9/report.py), the figures (lessons/task_9/figure.py) and the summary read it by
 attribute."""
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """Task 9's report (task_9_build_your_own_engine.py prints it once it has measured): the four
 parts in their order, then the insight lines, each chosen from the figures it explains. Printing
-only, from the run's record (lessons/task_9_record.py), read by attribute."""
+only, from the run's record (lessons/task_9/record.py), read by attribute."""
 from __future__ import annotations
 
 import statistics
 
 from common import kv, report
-from lessons.task_9_profile import kernel_choice, print_linear_choices, print_phases, step_limit
-from lessons.task_9_record import Correctness, OwnEngine, PolicyRun, RunSettings
+from lessons.task_9.profile import kernel_choice, print_linear_choices, print_phases, step_limit
+from lessons.task_9.record import Correctness, OwnEngine, PolicyRun, RunSettings
 
 
 def print_header(model, dtype, threads: int, s: RunSettings) -> None:

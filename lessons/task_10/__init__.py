@@ -1,0 +1,9 @@
+"""Task 10, prefix caching: requests that start with the same tokens share those pages and skip
+computing them, built in mini_engine and measured in vLLM, cache off then on. Read in order:
+
+    task_10_prefix_caching.py   sets up and measures, then prints
+    workloads.py                the shared-system-prompt chats and their shuffled control
+    record.py                   PrefixCaching, the record it saves, and the summary's row
+    report.py                   the printing and the KEY INSIGHT lines
+    figure.py                   the page tables at the peak, the shared pages marked
+"""

@@ -13,11 +13,13 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
     scheduler.py      who runs this step, and how many tokens each: one token budget a step,
                       prompts cut into chunks, continuous or static batching, preemption
     proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
-    model.py          the Llama forward of SmolLM, its KV cache one paged pool per layer
+    model.py          the Llama forward of SmolLM over a paged KV pool per layer (the caller's)
     linear.py         how its linear layers are handed to the matmul library, measured here
     sampler.py        the next token: greedy, or temperature with a seeded generator; and
                       the verifier: which guesses the model agrees with
-    engine.py         add_request / step / run: schedule, run the model, postprocess
+    engine.py         add_request / step / run: schedule, run the model, postprocess; the
+                      engine owns its KV pool and hands it to the model
+    stats.py          what each step did (StepStats), recorded around the step
     profiler.py       where a step's time goes, phase by phase, for a caller who asks
 
     model = Llama(folder, "bfloat16")

@@ -13,18 +13,21 @@ the model agrees with and one token of the model's own, and drops the rest with 
 
 Its KV budget is given in bytes, as vLLM's kv_cache_memory_bytes, and cut into whole pages of
 the model's KV bytes per token x page_size (task 2 shows vLLM doing the same with its blocks).
+The pool those pages live in is the engine's (allocate_kv_cache), handed to every forward, not
+the model's: the engine is also its model runner, and in vLLM the runner holds the KV cache
+beside the model, so several engines may share one loaded Llama, each with its own K/V.
 
 Two things are the caller's to ask for, because they cost time: the linear layers' kernel choice
 (model.choose_kernels, a warm-up of about a second; until then they run F.linear), and the
 time of each phase of a step (a StepProfiler, mini_engine/profiler.py). Without one an engine
-records each step's rows, tokens, pages and seconds.
+records each step's rows, tokens, pages and seconds (StepStats in engine.steps, kept by a
+StepRecorder, mini_engine/stats.py, that the step calls around its three moves).
 """
 from __future__ import annotations
 
 import json
 import time
 from itertools import accumulate
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -36,28 +39,7 @@ from mini_engine.profiler import NoProfiler, StepProfiler
 from mini_engine.sampler import Sampler
 from mini_engine.scheduler import Scheduler
 from mini_engine.sequence import Sequence
-
-
-@dataclass
-class StepStats:
-    num_rows: int           # requests computed this step (padding rows included)
-    num_live: int           # of them, live requests (not padding): each kept what it computed
-    num_tokens: int         # tokens computed: num_prefill_tokens + num_decode_tokens
-    num_pages_used: int
-    seconds: float
-    seq_ids: tuple = ()     # the request of each row computed this step, in batch order
-    padding_ids: tuple = () # those of them that were padding rows (finished, output thrown away)
-    phases: dict = field(default_factory=dict)   # phase -> seconds (profiler.PHASES), if profiled
-    num_prefill_tokens: int = 0   # prompt tokens (chunks, and preempted requests' recompute)
-    num_decode_tokens: int = 0    # one a decoding request; padding rows count here (one each)
-    end_s: float = 0.0            # time.perf_counter() at the end of the step
-    num_scheduled_tokens: tuple = ()   # tokens of each row, in batch order (seq_ids')
-    # task 12, speculative decoding: guesses computed this step (counted in num_decode_tokens:
-    # a decoding row computes its last token and its guesses), of them kept, and the tokens
-    # each row gained (1 to 1 + its guesses for a decode; 0 for a chunk or a padding row)
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_output_tokens: tuple = ()
+from mini_engine.stats import StepRecorder, StepStats
 
 
 def eos_token_ids(folder: str) -> list[int]:
@@ -85,14 +67,22 @@ class LLMEngine:
                              "tokens")
         # one page more than the budget's: a scratch page that static batching's padding rows
         # write into, so they never write into a page another request may share
-        model.allocate_kv_cache(self.num_pages + 1, page_size)
+        self.kv_cache = self.allocate_kv_cache(self.num_pages + 1)
         self.scratch_slot = self.num_pages * page_size
         self.block_manager = BlockManager(self.num_pages, page_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.sampler = Sampler(eos_ids, config.seed)
         self.profiler = profiler or NoProfiler()
+        self.recorder = StepRecorder(self.block_manager, self.profiler)
         self.sequences: list[Sequence] = []
-        self.steps: list[StepStats] = []
+        self.steps: list[StepStats] = self.recorder.steps
+
+    def allocate_kv_cache(self, num_pages: int) -> list[torch.Tensor]:
+        """This engine's own pools, one a layer (Llama.kv_cache_shape), handed to every forward.
+        The engine holds them and the model none, as vLLM's model runner does: a second engine on
+        the same Llama allocates its own and leaves this one's K/V alone."""
+        shape = self.model.kv_cache_shape(num_pages, self.config.page_size)
+        return [torch.zeros(shape, dtype=self.model.dtype) for _ in self.model.layers]
 
     def add_request(self, prompt_ids: list[int], max_tokens: int, min_tokens: int = 0,
                     temperature: float = 0.0) -> Sequence:
@@ -107,22 +97,14 @@ class LLMEngine:
 
     @torch.inference_mode()
     def step(self) -> list[Sequence]:
-        """Schedule, run the model, postprocess; returns the requests that finished."""
-        start = time.perf_counter()
-        self.profiler.start_step()
+        """Schedule, run the model, postprocess; returns the requests that finished. The
+        recorder (mini_engine/stats.py) keeps the step's StepStats in self.steps."""
+        self.recorder.start_step()
         seqs = self.schedule()
-        self.profiler.mark("scheduled")
         num_tokens, new_ids = self.run_model(seqs)
-        stats = self.stats_of(seqs, num_tokens)       # as scheduled, before the finished leave
-        num_before = [len(s.output_ids) for s in seqs]
-        num_accepted = sum(s.num_accepted_tokens for s in seqs)
+        self.recorder.before_postprocess(seqs, num_tokens)  # before the finished leave
         finished = self.postprocess(seqs, new_ids)
-        phases = self.profiler.end_step()
-        end = time.perf_counter()
-        self.steps.append(replace(
-            stats, seconds=end - start, phases=phases, end_s=end,
-            num_accepted_tokens=sum(s.num_accepted_tokens for s in seqs) - num_accepted,
-            num_output_tokens=tuple(len(s.output_ids) - n for s, n in zip(seqs, num_before))))
+        self.recorder.end_step(seqs)
         return finished
 
     def schedule(self) -> list[Sequence]:
@@ -131,6 +113,7 @@ class LLMEngine:
         seqs = self.scheduler.schedule()
         if all(s.is_padding for s in seqs):   # a step that keeps no token only repeats itself
             raise RuntimeError(self._stuck_message(seqs))
+        self.profiler.mark("scheduled")
         return seqs
 
     def run_model(self, seqs: list[Sequence]) -> tuple[int, list[list[int]]]:
@@ -157,7 +140,7 @@ class LLMEngine:
                                        s.num_cached, s.page_table, num_logits=num_logits))
         batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
                            self.model.dtype)
-        logits = self.model.forward(batch, self.profiler)     # (rows whose logits are wanted, V)
+        logits = self.model.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)
         self.profiler.mark("sampled")
@@ -232,20 +215,6 @@ class LLMEngine:
             if token in self.sampler.eos_ids and len(seq.output_ids) + j + 1 >= seq.min_tokens:
                 return tokens[:j + 1]
         return tokens
-
-    def stats_of(self, seqs: list[Sequence], num_tokens: int) -> StepStats:
-        """The step's record as scheduled: a request that finishes in this step made its token
-        here (so it is not padding yet), and its pages are still held. Padding rows count among
-        the decode tokens (one each, as the budget counts them)."""
-        padding_ids = tuple(s.seq_id for s in seqs if s.is_padding)
-        num_decode = sum(s.num_scheduled_tokens for s in seqs if s.is_padding or s.is_decoding)
-        return StepStats(num_rows=len(seqs), num_live=len(seqs) - len(padding_ids),
-                         num_tokens=num_tokens, num_pages_used=self.block_manager.num_used,
-                         seconds=0.0, seq_ids=tuple(s.seq_id for s in seqs),
-                         padding_ids=padding_ids, num_prefill_tokens=num_tokens - num_decode,
-                         num_decode_tokens=num_decode,
-                         num_scheduled_tokens=tuple(s.num_scheduled_tokens for s in seqs),
-                         num_draft_tokens=sum(len(s.spec_token_ids) for s in seqs))
 
     def _stuck_message(self, seqs: list[Sequence]) -> str:
         sched, pages = self.scheduler, self.block_manager

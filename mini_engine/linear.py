@@ -1,13 +1,12 @@
 """The linear layers' matmuls: how to hand them to this CPU's matmul library, measured, not assumed.
 
 The same product, x (T, in) @ W.T, can be handed to torch in several ways, and which is fastest
-depends on the CPU, the dtype and the shape. On a 2-core AVX2 EPYC (fp32), (W @ x.T) ran SmolLM's
-layers at 16 rows in 88 ms a step against F.linear's 170; on a 2-core AVX-512/bf16 EPYC it was the
-slower of the two (24.5 vs 20.2 ms, 2026-12-01), and oneDNN's packed weights beat both. A choice
-measured on one machine is a guess on the next, so nothing is carried over: Llama.choose_kernels
-(an explicit warm-up: 0.9 s for SmolLM-135M in bf16 on that EPYC) runs every candidate on the
-model's own weights at the batch sizes the engine will run (1 and its cap) and keeps the fastest
-for each kind of layer. Until then every layer runs F.linear.
+depends on the CPU (its vector units, its cache sizes), the dtype and the shape: W @ x.T has
+beaten F.linear on one EPYC and lost to it on another (docs/measurements.md). A choice
+measured on one machine is a guess on the next, so nothing is carried over and nothing is
+assumed: Llama.choose_kernels, an explicit warm-up the caller asks for (it costs time), runs every
+candidate on the model's own weights at the batch sizes the engine will run (1 and its cap) and
+keeps the fastest for each kind of layer. Until then every layer runs F.linear.
 
     F.linear        x @ W.T through torch's default path
     W @ x.T         the same product transposed: the library sees the long side (out) as M
@@ -20,11 +19,11 @@ products, gate and up as one (MergedColumnParallelLinear) or two.
 Each candidate is timed inside a pass over all the model's layers in forward order (q/k/v, o,
 gate/up, down of each decoder layer, then the LM head), each layer's product timed on its own: the
 weights then stream through the caches as in a real step. Timing one kind's layers back to back
-alone, as this file once did, let a kind whose layers fit the L3 cache run from it: on the
-AVX-512 EPYC (32 MB L3, bf16, 16 rows) oneDNN's 30 o layers (20 MB) took 0.90 ms alone and 1.24
-in a pass, its gate/up layers (106 MB, far past the L3) 3.90 and 3.88. All 121 products: 9.8 ms
-timed kind by kind, 10.8 in passes, 11.0 inside the engine's decode step (docs/engine.md). A CPU
-with a larger L3 holds more kinds whole, and a ranking made kind by kind is not the step's.
+alone, as this file once did, lets a kind whose weights fit the last-level cache run from it,
+faster than it ever runs in a step, where the other kinds' weights pass through the cache between
+its calls; a kind far larger than the cache times the same either way. How many kinds fit
+depends on the CPU's cache, so a ranking made kind by kind is not the step's, and the pass is
+what is timed.
 """
 from __future__ import annotations
 
@@ -47,8 +46,8 @@ class Kernel:
 # --- oneDNN's packed linear: private torch ops ------------------------------------------------
 # Why: reordering the weight once into oneDNN's blocked layout and calling oneDNN directly is what
 # torch's own compiler (Inductor) emits for a frozen linear layer on a CPU, and what vLLM's CPU
-# backend does through its own oneDNN binding ("oneDNN linear" in its log). On the AVX-512/bf16
-# EPYC it ran SmolLM's 121 products at 16 rows in 10.8 ms a step, F.linear in 16.1 (2026-12-01).
+# backend does through its own oneDNN binding ("oneDNN linear" in its log). Whether it beats
+# F.linear on this CPU is measured at the warm-up like any candidate, not assumed.
 # Private: torch.ops.mkldnn._reorder_linear_weight and _linear_pointwise are internal (the leading
 # underscore): no documentation, no promise that they keep their signature or exist in the next
 # torch release. So they are used only here, checked against F.linear on a small product before

@@ -6,7 +6,10 @@ belongs to. Its K and V go into a pool of pages, [num_pages, page_size, 2 (K, V)
 head_dim] per layer, through the slot mapping (vLLM's reshape_and_cache); each request then reads
 its context back through its page table (vLLM's block table) and attends to it under a causal
 mask. Requests decoding one token and requests prefilling several attend in two groups, as
-vLLM's attention backends split decode from prefill: a decode step pads no query.
+vLLM's attention backends split decode from prefill: a decode step pads no query. The pools
+are not the model's: whoever runs it allocates them and hands them to forward, as vLLM's model
+runner (nano-vllm's ModelRunner.allocate_kv_cache) keeps the KV cache beside the model, not in
+it. A model that held them would be one pool shared by every engine built on it.
 
 The weights come from the model folder's safetensors files (transformers' names, its formulas
 for RMSNorm and RoPE, so the tokens match it exactly). The linear layers run F.linear until
@@ -225,7 +228,6 @@ class Llama:
         self.cos, self.sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
         half = d // 2
         self.sin_signed = torch.cat([-self.sin[:, :half], self.sin[:, half:]], dim=-1)
-        self.kv_cache: list[torch.Tensor] = []
 
     @property
     def heads_per_kv(self) -> int:
@@ -257,11 +259,12 @@ class Llama:
         self.linear_choice_s = time.perf_counter() - start
         return self.linear_choices
 
-    def allocate_kv_cache(self, num_pages: int, page_size: int) -> None:
-        """One pool per layer, K and V side by side: [num_pages, page_size, 2, kv_heads, head_dim]
-        (one gather reads both)."""
-        shape = (num_pages, page_size, 2, self.num_kv_heads, self.head_dim)
-        self.kv_cache = [torch.zeros(shape, dtype=self.dtype) for _ in range(self.num_layers)]
+    def kv_cache_shape(self, num_pages: int, page_size: int) -> tuple[int, ...]:
+        """The shape of one layer's pool, K and V side by side: [num_pages, page_size, 2,
+        kv_heads, head_dim] (one gather reads both). Whoever runs the model allocates the pools
+        (mini_engine/engine.py) and hands them to forward: the model keeps none, so two engines
+        on one model keep their own K/V."""
+        return (num_pages, page_size, 2, self.num_kv_heads, self.head_dim)
 
     # --- the forward ------------------------------------------------------------------------
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -277,10 +280,11 @@ class Llama:
         swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
         return x * cos + swapped * sin_signed
 
-    def attention(self, layer: int, q, k, v, batch: Batch) -> torch.Tensor:
-        """q (T, H, D), k and v (T, KVH, D) -> (T, H*D), each request over its own context."""
+    def attention(self, q, k, v, batch: Batch, kv_cache: torch.Tensor) -> torch.Tensor:
+        """q (T, H, D), k and v (T, KVH, D) -> (T, H*D), each request over its own context;
+        kv_cache: this layer's pool (kv_cache_shape), where k and v are written."""
         T, H, KVH, D = q.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
-        pool = self.kv_cache[layer].view(-1, 2, KVH, D)         # (slots, K/V, KVH, D)
+        pool = kv_cache.view(-1, 2, KVH, D)                     # (slots, K/V, KVH, D)
         pool[:, 0].index_copy_(0, batch.slot_mapping, k)        # write through the slot mapping
         pool[:, 1].index_copy_(0, batch.slot_mapping, v)
         outs = []
@@ -302,10 +306,12 @@ class Llama:
             result.index_copy_(0, g.out_rows, out)
         return result
 
-    def forward(self, batch: Batch, profiler: StepProfiler | None = None) -> torch.Tensor:
-        """Logits (S, V) of the rows whose logits are wanted (batch.logit_rows). A profiler,
-        if given, times the matmuls and the attention (mini_engine/profiler.py); without one they
-        run as they are."""
+    def forward(self, batch: Batch, kv_cache: list[torch.Tensor],
+                profiler: StepProfiler | None = None) -> torch.Tensor:
+        """Logits (S, V) of the rows whose logits are wanted (batch.logit_rows). kv_cache: one
+        pool per layer (kv_cache_shape), the caller's, read and written through the batch's
+        slots. A profiler, if given, times the matmuls and the attention
+        (mini_engine/profiler.py); without one they run as they are."""
         linear, attention = _apply, self.attention
         if profiler is not None:
             linear = profiler.timed("matmul", linear)
@@ -314,12 +320,12 @@ class Llama:
         x = self.embed[batch.input_ids]                                             # (T, C)
         cos = self.cos[batch.positions][:, None]
         sin = self.sin_signed[batch.positions][:, None]
-        for i, layer in enumerate(self.layers):
+        for layer, pool in zip(self.layers, kv_cache, strict=True):
             h = self.rms_norm(x, layer.input_norm)
             qkv = linear(layer.qkv, h).view(T, H + 2 * KVH, D)
             qk = self.rope(qkv[:, :H + KVH], cos, sin)            # q and k heads rotated at once
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + KVH:]
-            x = x + linear(layer.o, attention(i, q, k, v, batch))
+            x = x + linear(layer.o, attention(q, k, v, batch, pool))
             h = self.rms_norm(x, layer.post_norm)
             gate, up = linear(layer.gate_up, h).chunk(2, dim=-1)
             x = x + linear(layer.down, F.silu(gate) * up)                          # SwiGLU

@@ -13,7 +13,7 @@ import pytest
 
 import task_9_build_your_own_engine as task9
 from common import settings, steps
-from lessons import task_9_record
+from lessons.task_9 import record as task_9_record
 from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.engine import eos_token_ids
 from tests.conftest import assert_fits, run_script, saved_result
@@ -73,6 +73,43 @@ def test_identical_under_preemption_and_every_page_comes_back(tiny):
         ref = hf.generate(torch.tensor([ids]), max_new_tokens=32, min_new_tokens=32,
                           do_sample=False, pad_token_id=tokenizer.eos_token_id)
         assert seq.output_ids == ref[0, len(ids):].tolist()
+
+
+def test_two_engines_on_one_model_keep_their_own_kv(tiny):
+    """The KV pool is the engine's, not the model's (vLLM's model runner holds it beside the
+    model): engine B built on A's Llama with a smaller budget, their steps interleaved while both
+    hold K/V, then A again on new requests. Each makes the tokens a fresh engine on a fresh
+    Llama makes for the same prompts."""
+    folder, model, _, tokenizer = tiny
+    eos, page_bytes = eos_token_ids(folder), model.kv_bytes_per_token * 16
+    prompts = [tokenizer(p)["input_ids"] for p in task9.CHECK_PROMPTS]
+
+    def config(num_pages: int) -> EngineConfig:
+        return EngineConfig(kv_bytes=num_pages * page_bytes, page_size=16, max_batch=4)
+
+    def add(eng: LLMEngine, batch: list[list[int]]) -> list:
+        return [eng.add_request(ids, 12, min_tokens=12) for ids in batch]
+
+    def fresh(batch: list[list[int]], num_pages: int) -> list[list[int]]:
+        eng = LLMEngine(Llama(folder), eos, config(num_pages))
+        seqs = add(eng, batch)
+        eng.run()
+        return [s.output_ids for s in seqs]
+
+    a = LLMEngine(model, eos, config(24))
+    a_first = add(a, prompts[:4])
+    a.step()                                           # A's prompts' K/V written, in A's pool
+    b = LLMEngine(model, eos, config(10))              # a pool of another size, on A's model
+    b_seqs = add(b, prompts[4:])
+    while a.scheduler.has_work or b.scheduler.has_work:
+        for eng in (a, b):
+            if eng.scheduler.has_work:
+                eng.step()
+    a_again = add(a, prompts[2:6])
+    a.run()
+    assert [s.output_ids for s in a_first] == fresh(prompts[:4], 24)
+    assert [s.output_ids for s in b_seqs] == fresh(prompts[4:], 10)
+    assert [s.output_ids for s in a_again] == fresh(prompts[2:6], 24)
 
 
 @pytest.mark.parametrize("policy, pad, rows", [

@@ -195,7 +195,7 @@ def garbage(eng: LLMEngine) -> None:
     """Fill the KV pool with large finite values, so any read of a slot not written this run
     changes the result (NaN would also spoil reads the mask rightly drops: 0 x NaN is NaN)."""
     gen = torch.Generator().manual_seed(1)
-    for pool in eng.model.kv_cache:
+    for pool in eng.kv_cache:
         pool.copy_(torch.randn(pool.shape, generator=gen) * 100)
 
 
@@ -206,10 +206,9 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(model):
     ids, table = tokens(100, 20), [3, 1, 4, 0, 2]
 
     def logits(chunks):
-        model.allocate_kv_cache(8, PAGE)
         gen = torch.Generator().manual_seed(1)
-        for pool in model.kv_cache:
-            pool.copy_(torch.randn(pool.shape, generator=gen) * 100)
+        kv_cache = [torch.randn(model.kv_cache_shape(8, PAGE), generator=gen) * 100
+                    for _ in model.layers]
         out = None
         for start, end in chunks:
             batch = make_batch([RequestChunk(ids[start:end], start, table,
@@ -219,7 +218,7 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(model):
             assert group.context_len == end        # the context ends at the chunk's last token
             sees = group.mask[0, 0, :end - start] == 0   # (queries, context) of one query head
             assert sees.tolist() == [[p <= q for p in range(end)] for q in range(start, end)]
-            out = model.forward(batch)
+            out = model.forward(batch, kv_cache)
             assert out.shape[0] == (1 if end == len(ids) else 0)   # no logits mid-prompt
         return out
 

@@ -93,7 +93,7 @@ def kv_at(eng: LLMEngine, seq, num_positions: int) -> torch.Tensor:
     page = eng.config.page_size
     slots = torch.tensor([seq.page_table[p // page] * page + p % page
                           for p in range(num_positions)], dtype=torch.long)
-    return torch.stack([pool.view(-1, *pool.shape[2:])[slots] for pool in eng.model.kv_cache])
+    return torch.stack([pool.view(-1, *pool.shape[2:])[slots] for pool in eng.kv_cache])
 
 
 def reference_kv(model, token_ids: list[int], num_positions: int) -> torch.Tensor:
@@ -469,7 +469,7 @@ def test_a_rejection_rolls_back_without_resetting_or_touching_earlier_pages(coun
     shared = seq_a.page_table[:2]
     cached_before, pages_before = seq_a.num_cached, list(seq_a.page_table)
     kv_before = kv_at(eng, seq_a, cached_before).clone()
-    shared_kv = torch.stack([pool[shared].clone() for pool in counting.kv_cache])
+    shared_kv = torch.stack([pool[shared].clone() for pool in eng.kv_cache])
 
     eng.step()                                          # A verifies `c d`: keeps c, x
     assert eng.steps[-1].num_draft_tokens >= 2 and seq_a.output_was_guess == [False, True, False]
@@ -477,7 +477,7 @@ def test_a_rejection_rolls_back_without_resetting_or_touching_earlier_pages(coun
     assert seq_a.page_table[:len(pages_before)] == pages_before
     assert len(seq_a.page_table) == cdiv(seq_a.num_cached, PAGE)
     assert torch.equal(kv_at(eng, seq_a, cached_before), kv_before)
-    assert torch.equal(torch.stack([pool[shared] for pool in counting.kv_cache]), shared_kv)
+    assert torch.equal(torch.stack([pool[shared] for pool in eng.kv_cache]), shared_kv)
     assert all(eng.block_manager.blocks[p].ref_count == 2 for p in shared)
 
     eng.step()

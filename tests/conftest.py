@@ -1,17 +1,27 @@
-"""Shared fixtures: a tiny model the tests build themselves, and a way to run a script the
-way a learner does (a subprocess), with results written to a temporary folder."""
+"""What the tests share, so that no test file stands on another (tests/test_layout.py): a tiny
+model the tests build themselves, a way to run a script the way a learner does (a subprocess)
+with results written to a temporary folder, the helpers several files use, the real-model run of
+the whole lab (lab_run), a tiny-model server that speculates (speculating_server), and which
+worker runs what (pytest_collection_modifyitems). Records built by hand: tests/hand/."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+QUICK_TOKENS = 10     # --quick (common/steps.py): tasks 1, 2, 5, 6 and 7 make 10 tokens each
+# KV bytes a token of SmolLM-135M: 2 (K,V) x 30 layers x 3 kv heads x 64 dims x 2 or 4 bytes
+BYTES_PER_TOKEN = {"bfloat16": 23_040, "float32": 46_080}
+LAB_GROUP = "the_whole_lab"     # the xdist_group of every test of the lab's run
 
 
 @pytest.fixture(autouse=True)
@@ -73,6 +83,49 @@ def saved_result(script: str) -> dict:
     return json.loads((Path(os.environ["LAB_RESULTS_DIR"]) / f"{script}.json").read_text())
 
 
+def check_generation(r: dict, tokens: int = 50) -> None:
+    """A saved result of task 1 or 2 made its tokens, timed with the warm-up left out."""
+    assert r["generated_tokens"] == tokens
+    assert r["total_time_s"] > 0 and r["tokens_per_s"] > 0   # the formula: test_reports, by hand
+    assert r["warmup_excluded"] is True
+    assert r["threads"] >= 1
+
+
+def processes_on_port(port: int) -> list[int]:
+    """PIDs of any process whose command line has --port <port> (the server or its child)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in cmdline and str(port).encode() in cmdline:
+            pids.append(int(pid))
+    return pids
+
+
+def chromium():
+    """Headless Debian chromium through its own chromedriver (`make test` installs both)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    for path in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+        assert Path(path).exists(), f"{path} is missing: run `make browser` (apt-get install " \
+                                    f"chromium chromium-driver)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    profile = tempfile.mkdtemp(prefix="lab-chromium-")
+    # no background networking: this machine has no network, and the page needs none
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+                 "--window-size=1400,1300"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})   # the console, for get_log
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    return driver, profile
+
+
 @pytest.fixture(scope="session")
 def real_model():
     """The lab's own model choice (the packaged offline model on a machine with no hub)."""
@@ -100,6 +153,121 @@ def tiny_model(tmp_path_factory, real_model) -> str:
     return str(out)
 
 
+# --- the engine tests' model: tiny_model's shape with a small vocabulary -----------------------
+SMALL_VOCAB = 1024   # the engine tests draw their token ids from it (test_engine_properties.py)
+
+
+@pytest.fixture(scope="session")
+def small_vocab_model(tmp_path_factory) -> str:
+    """tiny_model's shape (2 layers, random weights, tied embeddings) with a vocabulary of 1,024
+    instead of 49,152, and no tokenizer: for the tests that drive mini_engine with token ids. The
+    LM head over 49,152 rows is most of a step of tiny_model (5.2 ms a step, 0.72 ms with 1,024
+    rows, measured), so the engine tests search as many cases in a fraction of the time. A test
+    that needs the real tokenizer keeps tiny_model. A real HF folder: transformers loads it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("small-vocab-llama")
+    config = LlamaConfig(vocab_size=SMALL_VOCAB, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=64, max_position_embeddings=256, tie_word_embeddings=True,
+                         bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(small_vocab_model):
+    """mini_engine's Llama (fp32) on small_vocab_model, one for the session: shared by every
+    engine test, which is safe as each LLMEngine allocates its own KV pool (the model holds
+    none) and no test changes the model (a test that needs other weights builds its own)."""
+    from mini_engine import Llama
+
+    return Llama(small_vocab_model)
+
+
+# --- the whole lab on the real model, run once -------------------------------------------------
+@dataclass
+class LabRun:
+    """One `python lab.py --quick` on a port of its own, its results in a folder of its own."""
+    port: int
+    proc: subprocess.CompletedProcess
+    results_dir: Path
+
+    @property
+    def out(self) -> str:
+        """The lab's output with its whitespace folded: a line wrapped at 65 reads as one."""
+        return " ".join(self.proc.stdout.split())
+
+    def saved(self, name: str) -> dict:
+        """results/<name>.json of this run; a clear failure when the lab never saved it."""
+        path = self.results_dir / f"{name}.json"
+        if not path.exists():
+            pytest.fail(f"the lab saved no {path.name}: it stopped before that step (see "
+                        f"test_the_lab_runs_every_step_to_the_end)", pytrace=False)
+        return json.loads(path.read_text())
+
+    def step(self, name: str) -> dict:
+        """What lab_run.json recorded of the step <name> (results name): its args, exit code,
+        seconds, peak memory and processes."""
+        return next(s for s in self.saved("lab_run")["steps"] if Path(s["script"]).stem == name)
+
+    def args(self, name: str) -> list[str]:
+        """The arguments the lab ran the step <name> with."""
+        return self.step(name)["args"]
+
+    def row(self, name: str) -> str:
+        """The summary's figure for the step <name>, as the lab's summary saved it."""
+        from common import steps
+
+        number = steps.by_name()[name].number
+        return next(r["figure"] for r in self.saved("summary")["rows"] if r["step"] == number)
+
+
+@pytest.fixture(scope="session")
+def lab_run(tmp_path_factory) -> Iterator[LabRun]:
+    """The real-model lab, run once for every test that asks for it (each in the test file of
+    what it checks: test_task_9.py holds task 9's, test_lab.py the lab-wide ones); its server is
+    stopped afterwards, whatever happened (test_the_lab_leaves_no_process_on_its_port checks that
+    it goes). Every such test is marked real_model and runs on one worker, first
+    (pytest_collection_modifyitems)."""
+    from common import server
+
+    port = server.free_port()
+    results_dir = tmp_path_factory.mktemp("lab-results")
+    try:
+        proc = run_script("lab.py", "--port", str(port), "--quick", timeout=1200,
+                          env={"LAB_RESULTS_DIR": str(results_dir)})
+        yield LabRun(port, proc, results_dir)
+    finally:
+        server.stop_server(port)
+
+
+# --- a tiny-model server the --base-url tests share ---------------------------------------------
+SPECULATING = '{"method": "ngram", "num_speculative_tokens": 3}'   # vLLM's ngram at k = 3
+
+
+@pytest.fixture(scope="session")
+def speculating_server(tiny_model, _server_state_in_tmp):
+    """A tiny-model server on a free port, speculating with vLLM's ngram at k = 3, started once
+    for the tests that use a server given by --base-url (tasks 11 and 12: each marks itself
+    xdist_group("speculating_server"), so both run on the worker that started it); stopped at
+    the end of the session, and nothing left on its port. Yields its ServerConfig."""
+    from common import server
+
+    port = server.free_port()
+    config = server.ServerConfig(tiny_model, "tiny", "float32", max_model_len=256,
+                                 max_num_seqs=16, port=port,
+                                 engine_args=("--speculative-config", SPECULATING))
+    try:
+        server.ensure_server(config)
+        yield config
+    finally:
+        server.stop_server(port)
+    assert processes_on_port(port) == []
+
+
 def pytest_configure(config):
     """With pytest -n N (pytest-xdist; pytest.ini asks for 2), each worker and every process it
     starts get their own share of the cores, as on a smaller machine. On 2 cores (AMD EPYC, AVX2,
@@ -113,7 +281,20 @@ def pytest_configure(config):
         os.sched_setaffinity(0, cores[int(worker.removeprefix("gw"))::count])
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """The real-model run of the whole lab first: it is the longest test by far (about half the
-    suite), so one worker runs it while the other runs the rest."""
+    """Which worker runs what, under pytest.ini's --dist loadgroup (xdist deals out whole
+    xdist_group's): every test of the lab's run (those that take lab_run, in whichever file)
+    is one group, marked real_model and engine, and goes first: it is the longest by far (about
+    half the suite), so one worker runs it while the other runs the rest. Every other test
+    without a group of its own is grouped by its file, so a file's tests share a worker and its
+    module-scoped server, as --dist loadfile had them. tryfirst: before xdist's own hook, which
+    reads the xdist_group marks (xdist/remote.py), and before -m reads real_model."""
+    for item in items:
+        if "lab_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(LAB_GROUP))
+            item.add_marker(pytest.mark.real_model)
+            item.add_marker(pytest.mark.engine)
+        elif item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
     items.sort(key=lambda item: item.get_closest_marker("real_model") is None)

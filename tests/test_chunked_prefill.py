@@ -8,7 +8,8 @@ preempted request coming back with a hit; a prompt that is an exact multiple of 
 fully cached; a page hashed before its chunk was computed; a request's own earlier chunks
 counted as cache hits; a token sampled from a chunk that is not the prompt's last.
 (tests/test_engine_properties.py searches the same rules over random workloads.) On the tiny
-random model, fp32; counts and tokens are asserted, never times."""
+random model with a vocabulary of 1,024 (tiny_llama, tests/conftest.py), fp32, its token ids
+below 1,024; counts and tokens are asserted, never times."""
 from __future__ import annotations
 
 import re
@@ -16,17 +17,12 @@ import re
 import pytest
 import torch
 
-from mini_engine import EngineConfig, LLMEngine, Llama, State
+from mini_engine import EngineConfig, LLMEngine, State
 from mini_engine.block_manager import cdiv
 from mini_engine.model import RequestChunk, make_batch
 
 PAGE = 4
 ROOMY = 4096                     # EngineConfig's default budget: never binds here
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    return Llama(tiny_model)
 
 
 def engine(model, *, budget: int = 16, chunking: bool = True, caching: bool = False,
@@ -82,12 +78,12 @@ def test_a_budget_that_cannot_work_is_refused_in_one_line(overrides, message):
 
 
 # --- schedules worked out by hand ----------------------------------------------------------------
-def test_two_decodes_and_a_40_token_prompt_at_a_budget_of_16(model):
+def test_two_decodes_and_a_40_token_prompt_at_a_budget_of_16(tiny_llama):
     """The issue's schedule. A and B (4-token prompts) are admitted and make their first token
     in step 0; then C, a 40-token prompt, arrives. Each step the two decodes take 1 token each
     and C's prefill the 14 left: 14 + 14 + 12 = 40, so C's first token comes in the third step
     after its arrival, and A and B make a token in every step meanwhile (no stall)."""
-    eng = engine(model, budget=16, max_batch=3)
+    eng = engine(tiny_llama, budget=16, max_batch=3)
     a, b = (eng.add_request(tokens(100 + 10 * i, 4), 12) for i in range(2))
     eng.step()
     assert split(eng) == [(0, 8)] and (len(a.output_ids), len(b.output_ids)) == (1, 1)
@@ -106,29 +102,29 @@ def test_two_decodes_and_a_40_token_prompt_at_a_budget_of_16(model):
     assert split(eng)[4:] == [(3, 0)] * 3 + [(2, 0)] * 5
     for seq, (prompt, n) in zip((a, b, c), ((tokens(100, 4), 12), (tokens(110, 4), 12),
                                             (tokens(300, 40), 4))):
-        assert seq.output_ids == alone(model, prompt, n)
+        assert seq.output_ids == alone(tiny_llama, prompt, n)
         assert len(seq.token_times_s) == n and seq.token_times_s == sorted(seq.token_times_s)
         assert seq.first_token_s == seq.token_times_s[0]
 
 
-def test_without_chunks_the_prompt_comes_in_one_step_and_stalls_the_decodes_with_it(model):
+def test_without_chunks_the_prompt_comes_in_one_step_and_stalls_the_decodes_with_it(tiny_llama):
     """The same workload, chunking off (budget 64 >= max_model_len): C's 40 tokens in one step
     beside the two decodes; its first token comes at once, in the step every decode waits for."""
-    eng = engine(model, budget=64, chunking=False, max_batch=3)
+    eng = engine(tiny_llama, budget=64, chunking=False, max_batch=3)
     a, b = (eng.add_request(tokens(100 + 10 * i, 4), 12) for i in range(2))
     eng.step()
     c = eng.add_request(tokens(300, 40), 4)
     eng.step()
     assert split(eng) == [(0, 8), (2, 40)] and len(c.output_ids) == 1
     eng.run()
-    assert c.output_ids == alone(model, tokens(300, 40), 4)
+    assert c.output_ids == alone(tiny_llama, tokens(300, 40), 4)
 
 
-def test_without_chunks_a_prompt_waits_until_its_whole_remainder_fits(model):
+def test_without_chunks_a_prompt_waits_until_its_whole_remainder_fits(tiny_llama):
     """Chunking off, budget 41 = max_model_len. A makes 3 tokens, B 6; C's 40-token prompt
     arrives after step 0. With two decodes running, 39 tokens are left: C waits (never a part
     of it), and is admitted in step 3, the first step with one decode: 1 + 40 = 41."""
-    eng = engine(model, budget=41, chunking=False, max_batch=3, max_model_len=41)
+    eng = engine(tiny_llama, budget=41, chunking=False, max_batch=3, max_model_len=41)
     a = eng.add_request(tokens(100, 4), 3)
     b = eng.add_request(tokens(110, 4), 6)
     eng.step()
@@ -137,15 +133,15 @@ def test_without_chunks_a_prompt_waits_until_its_whole_remainder_fits(model):
     assert [s.num_tokens for s in eng.steps] == [8, 2, 2, 41, 1, 1]
     assert [s.seq_ids for s in eng.steps[:4]] == [(0, 1), (0, 1), (0, 1), (1, 2)]
     assert [len(s.output_ids) for s in (a, b, c)] == [3, 6, 1]
-    assert c.output_ids == alone(model, tokens(300, 40), 1)
+    assert c.output_ids == alone(tiny_llama, tokens(300, 40), 1)
 
 
-def test_a_padding_row_costs_one_token_of_budget(model):
+def test_a_padding_row_costs_one_token_of_budget(tiny_llama):
     """Static batching, padding on, cap 3, budget 6. A (2-token prompt, 5 tokens), B (2, 1) and
     C (10, 1) form one batch; step 0: 2 + 2 + C's first 2, and B is done: it stays as padding.
     Step 1: A's decode and B's padding row take 1 each, C's prefill the 4 left; so again in
     step 2, where C reaches its last token and samples. Then A decodes beside two padding rows."""
-    eng = engine(model, budget=6, max_batch=3, policy="static")
+    eng = engine(tiny_llama, budget=6, max_batch=3, policy="static")
     a = eng.add_request(tokens(100, 2), 5)
     b = eng.add_request(tokens(200, 2), 1)
     c = eng.add_request(tokens(300, 10), 1)
@@ -156,7 +152,7 @@ def test_a_padding_row_costs_one_token_of_budget(model):
     # padding rows count among the decode tokens, one each, as the budget counts them
     assert split(eng) == [(0, 6), (2, 4), (2, 4), (3, 0), (3, 0)]
     assert [len(s.output_ids) for s in (a, b, c)] == [5, 1, 1]
-    assert c.output_ids == alone(model, tokens(300, 10), 1)
+    assert c.output_ids == alone(tiny_llama, tokens(300, 10), 1)
 
 
 @pytest.mark.parametrize("budget, max_batch, steps", [
@@ -164,25 +160,25 @@ def test_a_padding_row_costs_one_token_of_budget(model):
     (1, 1, [1] * 7),          # one token a step: 5 prompt steps, then 2 decodes: 7
     (2, 1, [2, 2, 1, 1, 1]),  # ceil(5 / 2) = 3 prompt steps (its last makes a token), +2: 5
 ])
-def test_the_bound_on_steps_is_reached(model, budget, max_batch, steps):
-    eng = engine(model, budget=budget, max_batch=max_batch)
+def test_the_bound_on_steps_is_reached(tiny_llama, budget, max_batch, steps):
+    eng = engine(tiny_llama, budget=budget, max_batch=max_batch)
     seq = eng.add_request(tokens(100, 5), 3)
     eng.run()
     assert [s.num_tokens for s in eng.steps] == steps
     assert len(eng.steps) == cdiv(5, budget - max_batch + 1) + 3 - 1
-    assert seq.output_ids == alone(model, tokens(100, 5), 3)
+    assert seq.output_ids == alone(tiny_llama, tokens(100, 5), 3)
 
 
 @pytest.mark.parametrize("policy, pad", [("continuous", True), ("static", True),
                                          ("static", False)])
-def test_a_budget_that_never_binds_changes_nothing(model, policy, pad):
+def test_a_budget_that_never_binds_changes_nothing(tiny_llama, policy, pad):
     """Tasks 9 and 10 run at the default budget of 4096, more than any step of theirs computes:
     a budget of the longest prompt x the cap, or chunking off, gives the same steps, rows, pages
     and tokens, sampled at temperature 0.7 from the same seed (so a padding row still draws)."""
     prompts = [tokens(100 + 50 * i, n) for i, n in enumerate([9, 3, 17, 1, 12, 6, 20])]
     runs = []
     for budget, chunking in ((ROOMY, True), (20 * 3, True), (ROOMY, False), (64, False)):
-        eng = engine(model, budget=budget, chunking=chunking, policy=policy, pad_finished=pad)
+        eng = engine(tiny_llama, budget=budget, chunking=chunking, policy=policy, pad_finished=pad)
         seqs = [eng.add_request(p, 4 + i % 3, temperature=0.7) for i, p in enumerate(prompts)]
         eng.run()
         runs.append(([(s.seq_ids, s.padding_ids, s.num_tokens, s.num_pages_used)
@@ -199,7 +195,7 @@ def garbage(eng: LLMEngine) -> None:
         pool.copy_(torch.randn(pool.shape, generator=gen) * 100)
 
 
-def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(model):
+def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama):
     """A 20-token prompt in chunks of 8, 8 and 4 through the model itself, its pool full of
     garbage: each chunk's queries see exactly the positions written so far (the chunk's own rows
     included, each up to its position), and the last logits equal the prompt computed in one go."""
@@ -207,18 +203,18 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(model):
 
     def logits(chunks):
         gen = torch.Generator().manual_seed(1)
-        kv_cache = [torch.randn(model.kv_cache_shape(8, PAGE), generator=gen) * 100
-                    for _ in model.layers]
+        kv_cache = [torch.randn(tiny_llama.kv_cache_shape(8, PAGE), generator=gen) * 100
+                    for _ in tiny_llama.layers]
         out = None
         for start, end in chunks:
             batch = make_batch([RequestChunk(ids[start:end], start, table,
                                              num_logits=int(end == len(ids)))], PAGE,
-                               model.heads_per_kv, model.dtype)
+                               tiny_llama.heads_per_kv, tiny_llama.dtype)
             (group,) = batch.groups
             assert group.context_len == end        # the context ends at the chunk's last token
             sees = group.mask[0, 0, :end - start] == 0   # (queries, context) of one query head
             assert sees.tolist() == [[p <= q for p in range(end)] for q in range(start, end)]
-            out = model.forward(batch, kv_cache)
+            out = tiny_llama.forward(batch, kv_cache)
             assert out.shape[0] == (1 if end == len(ids) else 0)   # no logits mid-prompt
         return out
 
@@ -227,27 +223,27 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(model):
     assert torch.allclose(whole, chunked, atol=1e-4, rtol=1e-4)
 
 
-def test_chunks_beside_decodes_read_no_unwritten_slot_in_the_engine(model):
+def test_chunks_beside_decodes_read_no_unwritten_slot_in_the_engine(tiny_llama):
     """The issue's schedule with the engine's pool full of garbage first: the same tokens as
     each request alone (any read of a slot not yet written this run would change them)."""
-    eng = engine(model, budget=16, max_batch=3)
+    eng = engine(tiny_llama, budget=16, max_batch=3)
     garbage(eng)
     a, b = (eng.add_request(tokens(100 + 10 * i, 4), 12) for i in range(2))
     eng.step()
     c = eng.add_request(tokens(300, 40), 4)
     eng.run()
     assert [a.output_ids, b.output_ids, c.output_ids] == \
-        [alone(model, tokens(100, 4), 12), alone(model, tokens(110, 4), 12),
-         alone(model, tokens(300, 40), 4)]
+        [alone(tiny_llama, tokens(100, 4), 12), alone(tiny_llama, tokens(110, 4), 12),
+         alone(tiny_llama, tokens(300, 40), 4)]
 
 
 @pytest.mark.parametrize("head, num_chunks", [(32, [8]), (8, [16, 16])])
-def test_the_chunk_is_sized_after_the_prefix_cache_hit(model, head, num_chunks):
+def test_the_chunk_is_sized_after_the_prefix_cache_hit(tiny_llama, head, num_chunks):
     """P, a 40-token prompt, runs first, and its 10 pages stay cached. Q shares P's first `head`
     tokens: it hits head / 4 pages and its chunks cover only the rest, from position head: 8 in
     one step (a chunk sized before the hit, min(40, 16) = 16, would run past the prompt), or
     32 in two of 16, the first token in the step of the last."""
-    eng = engine(model, budget=16, max_batch=1, caching=True)
+    eng = engine(tiny_llama, budget=16, max_batch=1, caching=True)
     p = tokens(100, 40)
     eng.add_request(p, 1)
     eng.run()
@@ -259,10 +255,10 @@ def test_the_chunk_is_sized_after_the_prefix_cache_hit(model, head, num_chunks):
     eng.run()
     assert [s.num_scheduled_tokens[0] for s in eng.steps[first:]] == num_chunks + [1]
     assert eng.block_manager.num_hit_tokens == head
-    assert q.output_ids == alone(model, q.prompt_ids, 2)
+    assert q.output_ids == alone(tiny_llama, q.prompt_ids, 2)
 
 
-def test_a_request_preempted_in_its_prefill_comes_back_and_hits_its_own_pages(model):
+def test_a_request_preempted_in_its_prefill_comes_back_and_hits_its_own_pages(tiny_llama):
     """A pool of 12 pages of 4, budget 8, cap 2. X, a 28-token prompt making 12, fills 7 pages in
     4 chunks; A, a 20-token prompt, is admitted beside X's last chunk (4 tokens) and grows by 7
     a step while X decodes. In step 5 A's chunk needs more pages than are free: A, the newest, is
@@ -270,7 +266,7 @@ def test_a_request_preempted_in_its_prefill_comes_back_and_hits_its_own_pages(mo
     back and hits them (8 tokens), is preempted again in step 6, and returns when X is done, its
     first 2 pages still cached. It never makes a token before its prompt is complete; its
     tokens are those it makes alone, and X makes one every step from its first."""
-    eng = engine(model, budget=8, max_batch=2, caching=True, num_pages=12, max_model_len=40)
+    eng = engine(tiny_llama, budget=8, max_batch=2, caching=True, num_pages=12, max_model_len=40)
     x = eng.add_request(tokens(100, 28), 12)
     a = eng.add_request(tokens(200, 20), 4)
     trace, made_by_x = [], []
@@ -286,19 +282,20 @@ def test_a_request_preempted_in_its_prefill_comes_back_and_hits_its_own_pages(mo
     assert all(t[3] == 0 for t in trace[:16]) and trace[16][3] == 1
     assert [s.num_scheduled_tokens for s in eng.steps[15:17]] == [(8,), (4,)]   # 8..15, 16..19
     assert eng.block_manager.num_hit_tokens == 16
-    assert x.output_ids == alone(model, tokens(100, 28), 12)
-    assert a.output_ids == alone(model, tokens(200, 20), 4)
+    assert x.output_ids == alone(tiny_llama, tokens(100, 28), 12)
+    assert a.output_ids == alone(tiny_llama, tokens(200, 20), 4)
     assert [len(st.seq_ids) for st in eng.steps[3:14]] == [2, 2, 2] + [1] * 8
     assert eng.block_manager.num_free == 12
 
 
-def test_a_request_preempted_while_decoding_recomputes_in_chunks_and_keeps_its_first_token(model):
+def test_a_request_preempted_while_decoding_recomputes_in_chunks_and_keeps_its_first_token(
+        tiny_llama):
     """A pool of 10 pages (one request of 40 tokens), budget 8, cap 2: X (4-token prompt, 30
     tokens) and A (30-token prompt, 2 tokens). A prefills in chunks of 4, 7, 7, 7 and 5, makes
     its first token in step 4, and is preempted in step 5 (X needs a page). It comes back when X
     is done, its own first page still cached (4 tokens): its prompt and first token (31)
     recomputed in chunks of 8, 8, 8 and 3, no token made before the last; then its second."""
-    eng = engine(model, budget=8, max_batch=2, caching=True, num_pages=10, max_model_len=40)
+    eng = engine(tiny_llama, budget=8, max_batch=2, caching=True, num_pages=10, max_model_len=40)
     x = eng.add_request(tokens(100, 4), 30)
     a = eng.add_request(tokens(200, 30), 2)
     made = []
@@ -311,15 +308,15 @@ def test_a_request_preempted_while_decoding_recomputes_in_chunks_and_keeps_its_f
     first = a.first_token_s
     assert first == a.token_times_s[0] < eng.steps[5].end_s       # made before the preemption
     assert len(a.token_times_s) == 2
-    assert a.output_ids == alone(model, tokens(200, 30), 2)
-    assert x.output_ids == alone(model, tokens(100, 4), 30)
+    assert a.output_ids == alone(tiny_llama, tokens(200, 30), 2)
+    assert x.output_ids == alone(tiny_llama, tokens(100, 4), 30)
 
 
-def test_a_prompt_of_whole_pages_fully_cached_still_computes_its_last_token(model):
+def test_a_prompt_of_whole_pages_fully_cached_still_computes_its_last_token(tiny_llama):
     """16 tokens = 4 full pages, all of them cached by a first run: the second run may hit 3
     ((16 - 1) // 4), never 4, so the last page is computed, in chunks of 2 at a budget of 2:
     tokens 12-13, then 14-15 with the first token. No row of any step computes 0 tokens."""
-    eng = engine(model, budget=2, max_batch=1, caching=True)
+    eng = engine(tiny_llama, budget=2, max_batch=1, caching=True)
     p = tokens(100, 16)
     first = eng.add_request(p, 2)
     eng.run()
@@ -329,16 +326,16 @@ def test_a_prompt_of_whole_pages_fully_cached_still_computes_its_last_token(mode
     assert again.num_cached_at_admission == 12
     assert [s.num_scheduled_tokens for s in eng.steps[n:]] == [(2,), (2,), (1,)]
     assert all(min(s.num_scheduled_tokens) >= 1 for s in eng.steps)
-    assert again.output_ids == first.output_ids == alone(model, p, 2)
+    assert again.output_ids == first.output_ids == alone(tiny_llama, p, 2)
 
 
-def test_a_page_is_registered_only_in_the_step_that_computes_it(model):
+def test_a_page_is_registered_only_in_the_step_that_computes_it(tiny_llama):
     """A 40-token prompt at a budget of 16 (pages of 4): after its first chunk, 4 of its pages
     are in the cache, not the 10 its prompt fills; after the second chunk 8, after the third
     all 10. A copy of the prompt arriving after the first chunk could hit only those 4; it is
     admitted beside the first one's last chunk (the budget goes to the running prefill first),
     and then hits 9 pages, the most a 40-token prompt may, computed before or in that step."""
-    eng = engine(model, budget=16, max_batch=2, caching=True)
+    eng = engine(tiny_llama, budget=16, max_batch=2, caching=True)
     p = tokens(100, 40)
     first = eng.add_request(p, 3)
     registered = []
@@ -352,14 +349,14 @@ def test_a_page_is_registered_only_in_the_step_that_computes_it(model):
     assert registered == [(4, 4), (8, 8), (10, 10)]
     assert copy.state is State.RUNNING and copy.num_cached_at_admission == 36
     eng.run()
-    assert copy.output_ids == first.output_ids == alone(model, p, 3)
+    assert copy.output_ids == first.output_ids == alone(tiny_llama, p, 3)
 
 
-def test_a_requests_own_earlier_chunks_are_no_cache_hits(model):
+def test_a_requests_own_earlier_chunks_are_no_cache_hits(tiny_llama):
     """A 40-token prompt in 5 chunks of 8, cache on: each chunk continues from the last, none
     looks itself up in the cache: 40 tokens queried, 0 hit. The same prompt again afterwards:
     40 more queried, 36 hit (9 pages: its last token is computed)."""
-    eng = engine(model, budget=8, max_batch=1, caching=True)
+    eng = engine(tiny_llama, budget=8, max_batch=1, caching=True)
     p = tokens(100, 40)
     seq = eng.add_request(p, 2)
     eng.run()
@@ -383,11 +380,11 @@ class CountingSampler:
         return self.sampler(logits, *args)
 
 
-def test_no_token_is_sampled_from_a_chunk_short_of_the_prompts_end(model):
+def test_no_token_is_sampled_from_a_chunk_short_of_the_prompts_end(tiny_llama):
     """A 40-token prompt in chunks of 16, 16 and 8, sampled at temperature 1.0: the first two
     chunks compute no logits and draw nothing from the sampler's generator, so its tokens are
     the ones it makes from one unchunked step with the same seed."""
-    eng = engine(model, budget=16, max_batch=1)
+    eng = engine(tiny_llama, budget=16, max_batch=1)
     eng.sampler = counting = CountingSampler(eng.sampler)
     seq = eng.add_request(tokens(100, 40), 6, temperature=1.0)
     eng.step()
@@ -395,4 +392,4 @@ def test_no_token_is_sampled_from_a_chunk_short_of_the_prompts_end(model):
     assert seq.output_ids == [] and seq.first_token_s is None
     eng.run()
     assert counting.rows == [0, 0, 1, 1, 1, 1, 1, 1]
-    assert seq.output_ids == alone(model, tokens(100, 40), 6, temperature=1.0)
+    assert seq.output_ids == alone(tiny_llama, tokens(100, 40), 6, temperature=1.0)

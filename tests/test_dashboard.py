@@ -3,7 +3,9 @@ requests running, after they finished), its record and summary row, the Monitor
 (lessons/task_8/monitor.py) against a real HTTP endpoint that goes down and comes back, `--once`
 (its interval counting the load it reports), and the page itself in a real headless Chromium against a real vLLM
 server on the tiny model that the dashboard starts: load sent from the page, figures rising,
-the server stopped when the dashboard stops."""
+the server stopped when the dashboard stops. On the real model, in the lab's quick run (the
+lab_run fixture, tests/conftest.py): `--once` under load on the server task 7 left (the last
+test here)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,8 +25,8 @@ import pytest
 from common import metrics, results, server, settings
 from lessons.task_8 import monitor
 from lessons.task_8 import report as task_8_report
-from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
-from tests.test_server_tasks import processes_on_port
+from tests.conftest import (REPO, PipeReader, assert_fits, chromium, processes_on_port, run_script,
+                            saved_result)
 
 DATA = Path(__file__).parent / "data"
 BEFORE, BUSY, AFTER = ((DATA / f"metrics_{n}.txt").read_text() for n in ("before", "busy", "after"))
@@ -359,28 +360,6 @@ def test_busy_dashboard_port_is_refused():
 
 
 # --- the page in a real browser ---------------------------------------------------------------
-def chromium():
-    """Headless Debian chromium through its own chromedriver (`make test` installs both)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for path in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
-        assert Path(path).exists(), f"{path} is missing: run `make browser` (apt-get install " \
-                                    f"chromium chromium-driver)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    profile = tempfile.mkdtemp(prefix="lab-chromium-")
-    # no background networking: this machine has no network, and the page needs none
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-                 "--window-size=1400,1300"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})   # the console, for get_log
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    return driver, profile
-
-
 def wait_for(driver, elem_id: str, pattern: str, timeout_s: float = 60) -> re.Match:
     """Wait until the element's text matches; fail with what the page showed last."""
     from selenium.common.exceptions import WebDriverException
@@ -527,3 +506,24 @@ def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
     assert proc.returncode == 0, "".join(out)[-3000:]
     assert f"Stopped the vLLM server this run started on :{port}." in "".join(out)
     assert processes_on_port(port) == [] and processes_on_port(dashboard_port) == []
+
+
+def test_task_8_on_the_real_model_sees_the_batch_capped_by_task_7(lab_run):
+    # task 8 watches the server task 7 left (config C, max_num_seqs=8) while 20 requests run:
+    # 8 run, the rest wait, the KV cache is in use, tokens flow; the insight names the cap
+    assert lab_run.args("task_8_dashboard") == ["--once", "--load", "20", "--max-tokens", "20",
+                                                "--server-port", str(lab_run.port)]
+    t7 = lab_run.saved("task_7_tuning")
+    t8 = lab_run.saved("task_8_dashboard")
+    assert t8["server_state"] == "reused" and "max_num_seqs=8" in t8["engine"]
+    assert t8["load"]["num_prompt_tokens"] > 0
+    assert t8["load"] | {"duration_s": 0, "num_prompt_tokens": 0} == {
+        "num_requests": 20, "num_succeeded": 20, "num_failed": 0, "max_tokens": 20,
+        "num_output_tokens": 400, "duration_s": 0, "num_prompt_tokens": 0, "errors": []}
+    assert t8["snapshot"]["num_running"] == 8 and t8["snapshot"]["num_waiting"] > 0
+    assert t8["last_interval"]["tokens_per_s"] > 0
+    assert t8["snapshot"]["kv_usage_fraction"] > 0
+    assert "max_num_seqs=8 capped the batch: 8 ran" in lab_run.out
+    assert float(t8["cache_config"]["kv_cache_max_concurrency"]) == \
+        t7["configs"][2]["kv_max_concurrency"]
+    assert lab_run.row("task_8_dashboard").startswith("20 sent: 8 running, ")   # the summary's

@@ -7,7 +7,8 @@ continuous policy. So the invariants are stated here and hypothesis draws the ca
 up to plenty, page sizes, batch caps, both policies, padding on and off, and the step's token
 budget (issue 23) from the least the config allows (the cap with chunking, so 1 at a cap of 1;
 max_model_len without) up to one that never binds, chunking on and off. On the tiny random model
-the tests build (2 layers), each case takes milliseconds. Counts, pages and tokens are asserted,
+the tests build (tiny_llama, tests/conftest.py: 2 layers, a vocabulary of 1,024, so token ids
+are drawn from 1 to 1,023), each case takes milliseconds. Counts, pages and tokens are asserted,
 never times.
 
 Invariants, checked at every step:
@@ -69,20 +70,17 @@ from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.block_manager import cdiv
 from mini_engine.proposer import NgramProposer
 from mini_engine.scheduler import step_bound
+from tests.conftest import SMALL_VOCAB as VOCAB     # tiny_llama's vocabulary
 
 MAX_MODEL_LEN = 40      # short, so a drawn workload fills a small pool quickly
 ROOMY_PAGES = 64        # the reference run: one request alone never preempted
 ROOMY_BUDGET = 4096     # EngineConfig's default: every step's tokens fit (5 x 40 at most)
 # "EOS allowed" makes every even token id an end of sequence, so about half the tokens a random
-# model picks end their request: the early-finish paths run in most cases, not once in 49,152.
-EOS_IDS = list(range(0, 49152, 2))
+# model picks end their request: the early-finish paths run in most cases, not once in 1,024.
+EOS_IDS = list(range(0, VOCAB, 2))
+TOKEN_IDS = st.integers(1, VOCAB - 1)     # a prompt's token ids: any of the vocabulary but 0
 
 _alone: dict = {}       # reference outputs, one engine run per distinct request
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    return Llama(tiny_model)
 
 
 def kv_bytes(model: Llama, num_pages: int, page_size: int) -> int:
@@ -101,13 +99,17 @@ def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos
     return _alone[key]
 
 
+def test_the_token_ids_drawn_are_the_models_vocabulary(tiny_llama):
+    """VOCAB, which the strategies below and EOS_IDS are made of, is tiny_llama's vocabulary."""
+    assert tiny_llama.shape.vocab_size == VOCAB == tiny_llama.embed.shape[0]
+
+
 @st.composite
 def requests(draw, shared: tuple):
     """A prompt that starts with the shared prefix (or a part of it, or not at all)."""
     head = shared[:draw(st.integers(0, len(shared)))]
     tail_len = draw(st.integers(0 if head else 1, 24 - len(head)))
-    prompt = head + tuple(draw(st.lists(st.integers(1, 49151), min_size=tail_len,
-                                        max_size=tail_len)))
+    prompt = head + tuple(draw(st.lists(TOKEN_IDS, min_size=tail_len, max_size=tail_len)))
     return prompt, draw(st.integers(1, MAX_MODEL_LEN - len(prompt)))
 
 
@@ -134,7 +136,7 @@ def engine_settings(draw, page_size: int) -> dict:
 def cases(draw):
     page_size = draw(st.sampled_from([1, 3, 4, 8, 16]))
     # a prefix several requests share (a system prompt), so the prefix cache has hits to take
-    shared = tuple(draw(st.lists(st.integers(1, 49151), min_size=0, max_size=20)))
+    shared = tuple(draw(st.lists(TOKEN_IDS, min_size=0, max_size=20)))
     return {"workload": draw(st.lists(requests(shared), min_size=1, max_size=7)),
             "prefix_caching": draw(st.booleans()),
             "eos_held_off": draw(st.booleans()),
@@ -208,10 +210,10 @@ def check_budget(eng: LLMEngine, case: dict, before: dict) -> int:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(case=cases())
-def test_scheduler_invariants(model, case):
+def test_scheduler_invariants(tiny_llama, case):
     eos = () if case["eos_held_off"] else tuple(EOS_IDS)
-    eng = LLMEngine(model, list(eos), EngineConfig(
-        kv_bytes=kv_bytes(model, case["num_pages"], case["page_size"]),
+    eng = LLMEngine(tiny_llama, list(eos), EngineConfig(
+        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"]),
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
@@ -244,7 +246,7 @@ def test_scheduler_invariants(model, case):
             assert 1 <= len(seq.output_ids) <= n
             assert len(seq.output_ids) == n or seq.output_ids[-1] in eos
         assert len(seq.token_times_s) == len(seq.output_ids)
-        assert seq.output_ids == run_alone(model, prompt, n, m, eos)
+        assert seq.output_ids == run_alone(tiny_llama, prompt, n, m, eos)
     # what the cases reached (pytest --hypothesis-show-statistics lists them)
     least = case["max_batch"] if case["chunking"] else MAX_MODEL_LEN
     event(f"chunking {'on' if case['chunking'] else 'off'}, budget "
@@ -252,11 +254,14 @@ def test_scheduler_invariants(model, case):
              "roomy" if case["budget"] >= ROOMY_BUDGET else "between"))
     event(f"a prefill cut into chunks: {num_short > 0}")
     event(f"preempted: {eng.scheduler.num_preemptions > 0}")
+    if not case["eos_held_off"]:
+        event(f"EOS allowed, a request ended at it before max_tokens: "
+              f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")
 
 
 @pytest.mark.parametrize("policy, pad", [("static", True), ("static", False),
                                          ("continuous", True)])
-def test_a_pool_of_one_request_with_more_requests_than_the_cap_ends(model, policy, pad):
+def test_a_pool_of_one_request_with_more_requests_than_the_cap_ends(tiny_llama, policy, pad):
     """The hang task 9 once had. A pool of exactly one full request (3 pages of 16 tokens for
     max_model_len 40), a cap of 2, three pairs of requests: a 20-token prompt making 4 tokens
     (2 pages), then a 10-token prompt making 25 (1 page, growing to 3). The pair fills the pool;
@@ -264,16 +269,17 @@ def test_a_pool_of_one_request_with_more_requests_than_the_cap_ends(model, polic
     and none is free. It used to preempt the newest request, itself, leaving a batch of padding
     alone that static batching stepped for ever. Now the padding row goes first. Each request
     makes exactly its tokens, the ones it makes alone."""
-    eng = LLMEngine(model, [], EngineConfig(kv_bytes=kv_bytes(model, 3, 16), page_size=16,
-                                            max_batch=2, max_model_len=MAX_MODEL_LEN,
-                                            policy=policy, pad_finished=pad))
+    eng = LLMEngine(tiny_llama, [], EngineConfig(
+        kv_bytes=kv_bytes(tiny_llama, 3, 16), page_size=16, max_batch=2,
+        max_model_len=MAX_MODEL_LEN, policy=policy, pad_finished=pad))
     workload = [(tuple(range(100 + 30 * i, 120 + 30 * i)), 4) if i % 2 == 0 else
                 (tuple(range(100 + 30 * i, 110 + 30 * i)), 25) for i in range(6)]
     seqs = [eng.add_request(list(p), n, min_tokens=n) for p, n in workload]
     eng.run()
     assert len(eng.steps) <= 3 * (4 + 25)
     assert [len(s.output_ids) for s in seqs] == [4, 25] * 3
-    assert [s.output_ids for s in seqs] == [run_alone(model, p, n, n, ()) for p, n in workload]
+    assert [s.output_ids for s in seqs] == \
+        [run_alone(tiny_llama, p, n, n, ()) for p, n in workload]
     assert eng.block_manager.num_free == eng.num_pages
 
 
@@ -295,7 +301,7 @@ def repetitive_requests(draw, alphabet: tuple, shared: tuple):
 @st.composite
 def spec_cases(draw):
     page_size = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
-    alphabet = tuple(draw(st.lists(st.integers(1, 49151), min_size=2, max_size=4, unique=True)))
+    alphabet = tuple(draw(st.lists(TOKEN_IDS, min_size=2, max_size=4, unique=True)))
     shared = tuple(draw(st.lists(st.sampled_from(alphabet), max_size=16)))
     workload = draw(st.lists(repetitive_requests(alphabet, shared), min_size=1, max_size=5))
     n_min = draw(st.integers(1, 3))
@@ -381,10 +387,10 @@ def check_spec_step(eng: LLMEngine, case: dict, before: dict, proposer: NgramPro
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(case=spec_cases())
-def test_speculative_decoding_changes_no_token(model, case):
+def test_speculative_decoding_changes_no_token(tiny_llama, case):
     eos = () if case["eos"] == "off" else tuple(EOS_IDS)
-    eng = LLMEngine(model, list(eos), EngineConfig(
-        kv_bytes=kv_bytes(model, case["num_pages"], case["page_size"]),
+    eng = LLMEngine(tiny_llama, list(eos), EngineConfig(
+        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"]),
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
@@ -419,7 +425,7 @@ def test_speculative_decoding_changes_no_token(model, case):
         assert len(seq.token_times_s) == len(seq.output_ids) == len(seq.output_was_guess)
         assert seq.num_accepted_tokens <= seq.num_draft_tokens
         assert sum(seq.output_was_guess) == seq.num_accepted_tokens
-        assert seq.output_ids == run_alone(model, prompt, n, m, eos)
+        assert seq.output_ids == run_alone(tiny_llama, prompt, n, m, eos)
     assert sum(s.num_draft_tokens for s in eng.steps) == sum(s.num_draft_tokens for s in seqs)
     assert sum(s.num_accepted_tokens for s in eng.steps) == \
         sum(s.num_accepted_tokens for s in seqs)
@@ -431,5 +437,8 @@ def test_speculative_decoding_changes_no_token(model, case):
     for why in sorted(reached):
         event(f"guesses cut by {why}")
     event(f"EOS {case['eos']}")
+    if case["eos"] == "allowed":
+        event(f"EOS allowed, a request ended at it before max_tokens: "
+              f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")
     event(f"an EOS among the kept guesses: "
           f"{any(s.output_was_guess[-1:] == [True] and s.output_ids[-1] in eos for s in seqs)}")

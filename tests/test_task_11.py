@@ -1,94 +1,25 @@
-"""Task 11: its record built by hand (hand_result), saved and read back whole, the summary's row,
-the insight lines both ways, its figure and its report printed from the record; end to end on the
-tiny model (main() with --no-vllm: tokens identical at every budget, no step over its budget, the
-steps' tokens adding up), and its vLLM part against a tiny-model server; its bad flags. Counts
-of tokens and steps are asserted, worked out by hand; never times."""
+"""Task 11: its record built by hand (hand_result, from tests/hand/), saved and read back whole, the
+summary's row, the insight lines both ways, its figure and its report printed from the record;
+end to end on the tiny model (main() with --no-vllm: tokens identical at every budget, no step
+over its budget, the steps' tokens adding up), and its vLLM part against a tiny-model server
+given by --base-url; its bad flags. Its own restarts of the lab's server (without chunking, then
+at a budget) are checked once, on the real model, in the lab's quick run (the last test here).
+Counts of tokens and steps are asserted, worked out by hand; never times."""
 from __future__ import annotations
 
 import pytest
 
 import task_11_chunked_prefill as task11
 from common import figures, results, server, steps
-from common.load import LoadLevel
 from lessons.task_11 import report as task_11_report
 from lessons.task_11.load import iteration_tokens, prefill_steps, tokens_at_arrival
-from lessons.task_11.record import (ChunkedPrefill, Correctness, EngineRun, IterationTokens,
-                                    Latency, ServerRun, Settings, Timeline, WorkloadShape,
-                                    summary_row)
+from lessons.task_11.record import ChunkedPrefill, Correctness, IterationTokens, summary_row
 from tests.conftest import assert_fits
-from tests.hand_results import assert_figure_reads_well
-
-HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
-BUDGETS = [512, 256, 128, 64]
-# the hand-made run: no chunking, then each budget; the chats' longest stall (ms) and the long
-# documents' TTFT (s, each of 2); the issue's figures for no chunking and the smallest budget
-STALL_MS = {None: 1165, 512: 480, 256: 330, 128: 210, 64: 157}
-TTFT_S = {None: (1.0, 1.42), 512: (1.05, 1.5), 256: (1.1, 1.6), 128: (1.2, 1.8), 64: (1.4, 2.0)}
-VLLM_STALL_MS = {None: 700, 512: 260, 256: 160, 128: 95, 64: 63}
-
-
-def hand_latency(stall_ms: float, ttft_s: tuple[float, ...]) -> Latency:
-    return Latency(mean_itl_s=0.05, p99_itl_s=stall_ms / 1000 * 0.9, max_itl_s=stall_ms / 1000,
-                   long_ttft_s=list(ttft_s))
-
-
-def hand_timeline(budget: int | None) -> Timeline:
-    """The chats' 160 prompt tokens in chunks of the budget; then 4 chats decoding (4 tokens a
-    step) and 2 prompts of 1,234 tokens: whole in a step each without chunking, else budget - 4
-    a step (the last chunk what is left); then 5 steps of decodes."""
-    step = budget or 2048
-    chats = [min(step, 160 - i) for i in range(0, 160, step)]
-    longs = [1234, 1234] if budget is None else \
-        [min(budget - 4, 2468 - i) for i in range(0, 2468, budget - 4)]
-    decode = [0] * len(chats) + [4] * (len(longs) + 5)
-    prefill = chats + longs + [0] * 5
-    return Timeline(decode, prefill, [0.05 * (i + 1) for i in range(len(decode))],
-                    [[0.05 * (i + 1) for i in range(len(decode))] for _ in range(4)], 0.05,
-                    [0.5, 1.0])
-
-
-def hand_engine(budget: int | None) -> EngineRun:
-    timeline = hand_timeline(budget)
-    num_tokens = [d + p for d, p in zip(timeline.decode_tokens, timeline.prefill_tokens)]
-    return EngineRun("no chunking" if budget is None else f"budget {budget}", budget or 2048,
-                     budget is not None, hand_latency(STALL_MS[budget], TTFT_S[budget]), 3.0,
-                     96.0, len(num_tokens), max(num_tokens), timeline)
-
-
-def hand_server(budget: int | None) -> ServerRun:
-    level = LoadLevel(6, 6, 3.2, 288, 90.0, mean_latency_s=2.0, p50_latency_s=2.1,
-                      p95_latency_s=3.0, mean_ttft_s=0.6, p95_ttft_s=1.3, mean_tpot_s=0.04)
-    # the prompts counted whole in the step that ends them: the 2 documents; at 64 also a step
-    # that ends two chats' prompts (80 tokens)
-    over = 2 + (budget == 64)
-    histogram = IterationTokens(65, 2828, {8: 63, 2048: 2} if budget is None else
-                                {8: 65 - over, 64: 0, 2048: over})
-    return ServerRun("no chunking" if budget is None else f"budget {budget}", budget or 2048,
-                     budget is not None, level,
-                     hand_latency(VLLM_STALL_MS[budget], (0.9, 1.0) if budget is None
-                                  else (1.2, 1.6)),
-                     histogram, 2 if budget is None else 2468 // (budget - 4) + 1, 8, 12.0)
-
-
-def hand_result(header: results.RunHeader = HEADER) -> ChunkedPrefill:
-    """The defaults' run: 4 chats of 64 tokens, 2 documents of 1,200 tokens of the GPL-3 (1,234
-    prompt tokens each) making 16. Its summary row: the stall 1,165 -> 157 ms is -87%, the TTFT
-    1.21 -> 1.70 s is +40%, vLLM's stall 700 -> 63 ms -91%."""
-    return ChunkedPrefill(
-        Settings(num_chats=4, chat_output_tokens=64, num_long_docs=2, long_tokens=1200,
-                 long_output_tokens=16, arrive_after_tokens=8, budgets_tokens=BUDGETS,
-                 page_size_tokens=16, max_num_seqs=16, max_model_len=2048,
-                 kv_cache_bytes=137363456, port=8000, is_vllm_measured=True),
-        WorkloadShape(source="/usr/share/common-licenses/GPL-3", num_source_tokens=6935,
-                      min_chat_prompt_tokens=39, max_chat_prompt_tokens=42,
-                      min_long_prompt_tokens=1234, max_long_prompt_tokens=1234,
-                      num_long_prompt_tokens=2468),
-        Correctness(num_requests=6, num_identical=[6, 6, 6, 6], num_checked_hf=2,
-                    num_identical_hf=2),
-        [6, 5, 6, 4],
-        [hand_engine(b) for b in [None, *BUDGETS]],
-        [hand_server(b) for b in [None, *BUDGETS]],
-        header=header)
+from tests.hand import assert_figure_reads_well
+from tests.hand.task_11_chunked_prefill import (BUDGETS, SUMMARY_ROW, hand_latency,
+                                                hand_server)
+from tests.hand.task_11_chunked_prefill import record as hand_result
+from tests.says import assert_says
 
 
 def test_the_record_reads_back_whole():
@@ -117,7 +48,7 @@ def test_the_record_reads_back_whole():
 def test_the_summary_row():
     record = hand_result()
     row = "stall -87%, TTFT +40% (vLLM -91%)"   # 157 / 1,165; 1.70 / 1.21; 63 / 700
-    assert summary_row(record) == row and len(row) <= 34
+    assert summary_row(record) == row == SUMMARY_ROW and len(row) <= 34
     assert steps.by_name()[task11.SCRIPT].row(record) == row
     record.vllm = None                                   # --no-vllm
     assert task11.summary_row(record) == "stall -87%, TTFT +40%"
@@ -127,24 +58,32 @@ def test_the_summary_row():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_11_report.insights(hand_result())
-    text = " ".join(lines)
-    assert lines[0] == "Chunking changed no token: 6/6 requests identical in fp32 at every budget"
-    assert "In bfloat16, 4-6 of 6 matched no chunking; fp32 matched 6/6, so the difference is " \
-           "rounding" in text
-    assert ("mini_engine: a budget of 64 tokens a step cut the chats' longest stall 1,165 -> "
-            "157 ms (7.4x shorter), and cost the long documents' TTFT 1.21 -> 1.70 s (1.40x)"
-            ) in lines
-    assert ("Without chunking one step computed 1,238 tokens while the chats waited; chunked, "
-            "no step computed more than its budget") in lines
-    assert ("vLLM: a budget of 64 tokens a step cut the chats' longest stall 700 -> 63 ms "
-            "(11.1x shorter), and cost the long documents' TTFT 0.95 -> 1.40 s (1.47x)") in lines
+    assert len(lines) == 6
+    # fp32: 6 of 6 identical at each of the 4 budgets; bfloat16: 6, 5, 6, 4 of 6, so 4-6
+    assert_says(lines[0], "6/6 requests", branch="changed no token", not_branch="a bug")
+    assert_says(lines[1], "bfloat16", "4-6 of 6", "6/6", branch="rounding")
+    # the chats' longest stall 1,165 ms without chunking, 157 at budget 64: 1,165 / 157 = 7.4x
+    # shorter; the documents' TTFT (1.0 + 1.42) / 2 = 1.21 s, (1.4 + 2.0) / 2 = 1.70: 1.40x
+    assert_says(lines[2], "mini_engine", "64 tokens", "1,165 -> 157 ms", "(7.4x", "1.21 -> 1.70 s",
+                "(1.40x)", branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
+                not_branch=("did not shorten", "no TTFT"))
+    # without chunking a step held a whole document's 1,234 prompt tokens + 4 chats' decodes:
+    # 1,238; no chunked run's step passed its budget
+    assert_says(lines[3], "1,238 tokens", branch="no step computed more than its budget",
+                not_branch="a bug")
+    # vLLM: stall 700 -> 63 ms, 700 / 63 = 11.1x; TTFT (0.9 + 1.0) / 2 = 0.95 s, (1.2 + 1.6) /
+    # 2 = 1.40 s: 1.47x
+    assert_says(lines[4], "vLLM", "64 tokens", "700 -> 63 ms", "(11.1x", "0.95 -> 1.40 s",
+                "(1.47x)", branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
+                not_branch=("did not shorten", "no TTFT"))
     # 2,468 prompt tokens in 42 steps: 59 a step
-    assert ("vLLM's long documents took 42 steps to prefill at budget 64 (2 without chunking), "
-            "the chats' streams show: about 59 prompt tokens a step, within the budget") in lines
+    assert_says(lines[5], "42 steps", "budget 64", "(2 without chunking)", "59 prompt tokens",
+                branch="within the budget", not_branch="over the budget")
     record = hand_result()
-    record.num_identical_in_dtype = [5, 5, 5, 5]
-    assert "In bfloat16, 5 of 6 matched no chunking;" in " ".join(task_11_report.insights(record))
-    record.num_identical_in_dtype = [6, 6, 6, 6]
+    record.num_identical_in_dtype = [5, 5, 5, 5]        # the same at every budget: one figure
+    assert_says(task_11_report.insights(record)[1], "bfloat16", "5 of 6", "6/6",
+                branch="rounding", not_branch="5-5")
+    record.num_identical_in_dtype = [6, 6, 6, 6]        # bfloat16 as fp32: nothing to explain
     assert not any("rounding" in line for line in task_11_report.insights(record))
 
 
@@ -157,12 +96,18 @@ def test_the_insight_changes_when_the_figures_do():
     record.num_identical_in_dtype = [6, 6, 6, 6]
     record.vllm[4].num_prefill_steps = 20               # 2,468 / 20 = 123 a step > 64
     lines = task_11_report.insights(record)
-    assert lines[0] == "In fp32, requests differ from no chunking at budget 128 (1 differ): a bug"
-    assert ("mini_engine: a budget of 64 tokens a step did not shorten the chats' longest stall "
-            "(1,165 -> 1,300 ms), and cost the long documents no TTFT (1.21 -> 1.00 s)") in lines
-    assert "Steps over their budget at budget 64: a bug" in lines
+    assert len(lines) == 5
+    # budget 128 (the third): 5 of 6 identical in fp32, 1 differs
+    assert_says(lines[0], "budget 128", "(1 differ)", branch="a bug",
+                not_branch=("changed no token", "rounding"))
+    # the stall 1,165 -> 1,300 ms, longer; the TTFT 1.21 -> (0.9 + 1.1) / 2 = 1.00 s, shorter
+    assert_says(lines[1], "mini_engine", "64 tokens", "1,165 -> 1,300 ms", "1.21 -> 1.00 s",
+                branch=("did not shorten", "no TTFT"),
+                not_branch=("cut the chats' longest stall", "x shorter", "documents' TTFT"))
+    assert_says(lines[2], "budget 64", branch="a bug", not_branch="no step computed more")
     assert not any("rounding" in line for line in lines)
-    assert any("about 123 prompt tokens a step, over the budget" in line for line in lines)
+    assert_says(lines[4], "20 steps", "123 prompt tokens", branch="over the budget",
+                not_branch="within the budget")
     record.vllm = None
     assert not any(line.startswith("vLLM") for line in task_11_report.insights(record))
 
@@ -304,36 +249,6 @@ def _tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
-@pytest.mark.engine
-def test_task_11_against_a_tiny_model_server(tiny_model, capsys):
-    """Part 3 on a free port: the server started without chunking, restarted at budget 32,
-    stopped at the end; every request streamed; the histogram counts each prompt prefilled in
-    chunks as one step over the budget: 2 documents of 133-135 tokens and 4 chats of 39-42 (no
-    step can end two of them: a prompt over 32 tokens takes two steps at least). (The steps'
-    count and the prefill seen in the streams depend on when the documents arrive: on the tiny
-    model the chats make a token every few ms, faster than /metrics is polled.)"""
-    port = server.free_port()
-    try:
-        record = task11.main(["--model", tiny_model, "--dtype", "float32", "--port", str(port),
-                              "--chat-output", "24", "--long-tokens", "100",
-                              "--long-output", "4", "--budgets", "32"])
-    finally:
-        server.stop_server(port)
-    out = capsys.readouterr().out
-    assert_fits(out)
-    off, on = record.vllm
-    assert (off.label, on.label) == ("no chunking", "budget 32")
-    assert off.level.num_ok == on.level.num_ok == 6 and off.startup_s and on.startup_s
-    assert off.steps.steps_over(2048) == 0 and on.steps.steps_over(32) == 6
-    assert off.steps.num_tokens == on.steps.num_tokens   # the same tokens, in other steps
-    assert off.latency and on.latency and len(on.latency.long_ttft_s) == 2
-    # the documents went the moment every chat had streamed 8 tokens (read from their streams)
-    assert 8 <= off.num_chat_tokens_at_arrival <= 10 and 8 <= on.num_chat_tokens_at_arrival <= 10
-    assert server.running_config(port) is None            # this task stopped what it started
-    assert "Stopping the lab server on" in out and "3. vLLM" in out
-    assert "(vLLM " in task11.summary_row(record)
-
-
 @pytest.mark.parametrize("args, message", [
     (["--budgets", "0"], "'0' must be greater than 0"),
     (["--budgets", "64,8"], "--budgets 8 is smaller than --max-batch 16"),
@@ -369,22 +284,17 @@ def test_a_workload_that_cannot_fit_is_one_line(tiny_model, capsys):
 
 
 @pytest.mark.engine
-def test_task_11_against_a_server_given_by_base_url(tiny_model, capsys):
-    """--base-url: part 3 runs once, at that server's own setting ("its own"), and the task
-    neither restarts nor stops it; no vLLM line of the insight or the summary compares
-    settings it did not choose."""
-    port = server.free_port()
-    config = server.ServerConfig(tiny_model, "tiny", "float32", max_model_len=256,
-                                 max_num_seqs=16, port=port,
-                                 engine_args=("--max-num-batched-tokens", "32"))
-    try:
-        server.ensure_server(config)
-        record = task11.main(["--model", tiny_model, "--dtype", "float32", "--chat-output", "24",
-                              "--long-tokens", "100", "--long-output", "4", "--budgets", "32",
-                              "--base-url", f"http://127.0.0.1:{port}/v1"])
-        assert server.running_config(port) == config          # the same server, untouched
-    finally:
-        server.stop_server(port)
+@pytest.mark.xdist_group("speculating_server")
+def test_task_11_against_a_server_given_by_base_url(tiny_model, speculating_server, capsys):
+    """--base-url: part 3 runs once, at that server's own setting ("its own": here vLLM's
+    default budget, speculating with its ngram; the server task 12's --base-url test shares),
+    and the task neither restarts nor stops it; no vLLM line of the insight or the summary
+    compares settings it did not choose."""
+    port = speculating_server.port
+    record = task11.main(["--model", tiny_model, "--dtype", "float32", "--chat-output", "24",
+                          "--long-tokens", "100", "--long-output", "4", "--budgets", "32",
+                          "--base-url", f"http://127.0.0.1:{port}/v1"])
+    assert server.running_config(port) == speculating_server   # the same server, untouched
     out = capsys.readouterr().out
     assert_fits(out)
     (run,) = record.vllm
@@ -395,3 +305,55 @@ def test_task_11_against_a_server_given_by_base_url(tiny_model, capsys):
     assert "Starting vLLM server" not in out
     assert not any(line.startswith("vLLM") for line in task_11_report.insights(record))
     assert "vLLM" not in task11.summary_row(record)
+
+
+def test_task_11_on_the_real_model_holds_the_budget_and_changes_no_token(lab_run):
+    # task 11 (--quick): 4 chats of 39-42 prompt tokens make 16 tokens each; one document of
+    # 300 tokens of the text (about 333 with its template) arrives after 8 and makes 8. Without
+    # chunking its prefill is one step of all its tokens; at a budget of 64 no step of
+    # mini_engine computes more than 64.
+    # The same tokens at every budget in fp32, and against transformers.
+    assert lab_run.args("task_11_chunked_prefill") == [
+        "--port", str(lab_run.port), "--budgets", "64", "--chat-output", "16", "--long-docs",
+        "1", "--long-tokens", "300", "--long-output", "8"]
+    t11 = lab_run.saved("task_11_chunked_prefill")
+    assert t11["correct"] == {"num_requests": 5, "num_identical": [5], "num_checked_hf": 2,
+                              "num_identical_hf": 2}
+    runs = t11["mini_engine"]
+    assert [r["label"] for r in runs] == ["no chunking", "budget 64"]
+    assert [r["budget_tokens"] for r in runs] == [2048, 64]
+    assert all(r["max_step_tokens"] <= r["budget_tokens"] for r in runs)
+    assert runs[1]["max_step_tokens"] == 64
+    assert runs[0]["max_step_tokens"] >= t11["workload"]["min_long_prompt_tokens"]
+    # every prompt token computed once and every output token made once, whatever the budget:
+    # the prompts' tokens, then 4 x 15 + 7 tokens made by decode steps (each request's first
+    # token comes from its prompt's last chunk)
+    prompt_tokens = sum(runs[0]["timeline"]["prefill_tokens"])
+    assert prompt_tokens >= 4 * 39 + t11["workload"]["min_long_prompt_tokens"]
+    for r in runs:
+        assert sum(r["timeline"]["prefill_tokens"]) == prompt_tokens
+        assert sum(r["timeline"]["decode_tokens"]) == 4 * 15 + 7
+    # vLLM, part 3: the lab's server started without chunking, restarted at a budget of 64, and
+    # stopped at the end; every request answered at both settings, the same tokens in all;
+    # without chunking no step held more than its 2,048 (vLLM counts a prompt whole in the step
+    # of its first token, so a chunked prompt shows as a step over the budget: at least one at
+    # 64, the document's)
+    vllm = t11["vllm"]
+    assert [(r["label"], r["budget_tokens"]) for r in vllm] == [("no chunking", 2048),
+                                                                ("budget 64", 64)]
+    assert [r["level"]["num_ok"] for r in vllm] == [5, 5]
+    assert all(r["startup_s"] for r in vllm)                # it started both
+    assert vllm[0]["steps"]["num_tokens"] == vllm[1]["steps"]["num_tokens"]
+    over = [int(b) for b, n in vllm[0]["steps"]["steps_by_bucket"].items() if n]
+    assert max(over) <= 2048
+    assert sum(n for b, n in vllm[1]["steps"]["steps_by_bucket"].items()
+               if int(b) > 64) >= 1
+    # every stream timed, the document's TTFT among them; the document went the moment every
+    # chat had streamed 8 tokens (read from their streams)
+    assert all(r["latency"] and len(r["latency"]["long_ttft_s"]) == 1 for r in vllm)
+    assert all(8 <= r["num_chat_tokens_at_arrival"] <= 10 for r in vllm)
+    # its report: part 3, and the restart from no chunking to the budget (that it stops the
+    # server after: tests/test_lab.py, no step after it finds one to stop)
+    report = (lab_run.results_dir / "task_11_chunked_prefill.txt").read_text()
+    assert "3. vLLM" in report and "Stopping the lab server on" in report
+    assert "(vLLM " in lab_run.row("task_11_chunked_prefill")

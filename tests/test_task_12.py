@@ -1,121 +1,25 @@
-"""Task 12: its record built by hand (hand_result), saved and read back whole, its figures
-that follow from others (accepted share, tokens a step, speed-ups), the summary's row, the
-insight lines both ways, its figure and its report printed from the record; end to end on the
-tiny model (main() with --no-vllm: tokens identical with speculation on and off, every token
-counted once in the steps' histogram), and its vLLM part against a tiny-model server; its bad
-flags. Counts of tokens and steps are asserted, worked out by hand; never times."""
+"""Task 12: its record built by hand (hand_result, from tests/hand/), saved and read back whole,
+its figures that follow from others (accepted share, tokens a step, speed-ups), the summary's
+row, the insight lines both ways, its figure and its report printed from the record; end to end
+on the tiny model (main() with --no-vllm: tokens identical with speculation on and off, every
+token counted once in the steps' histogram), and its vLLM part against a tiny-model server given
+by --base-url; its bad flags. Its own restart of the lab's server, speculation off then on, is
+checked once, on the real model, in the lab's quick run (the last test here). Counts of tokens
+and steps are asserted, worked out by hand; never times."""
 from __future__ import annotations
 
 import pytest
 
 import task_12_speculative_decoding as task12
 from common import figures, results, server, steps
-from common.load import LoadLevel
 from lessons.task_12 import report as task_12_report
 from lessons.task_12.figure import NEWLINE, text_grid
-from lessons.task_12.record import (Answer, Check, EngineRun, ServerRun, Settings,
-                                    SpeculativeDecoding, WorkloadShape, summary_row)
+from lessons.task_12.record import SpeculativeDecoding, summary_row
 from tests.conftest import assert_fits
-from tests.hand_results import assert_figure_reads_well
-
-HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
-KS = [2, 4, 8]
-N = 16                      # requests at once
-ONE = 2                     # requests one at a time
-OUTPUT = 64                 # tokens an answer: 63 of them made by decode rows
-
-# the hand-made runs: (workload, at once?) -> k -> (tokens/s, the decoding rows by the tokens
-# they gained: [1, 2, ..., k + 1], steps, guesses verified or None for k x rows). Each list adds
-# up to every decoded token: 2 x 63 = 126 one at a time, 16 x 63 = 1,008 at once.
-RUNS = {
-    ("copy", False): {0: (40.0, [126], 128, None),
-                      2: (80.0, [6, 15, 30], 53, None),              # 6 + 30 + 90 = 126
-                      4: (100.0, [4, 2, 2, 3, 20], 33, None),        # 4 + 4 + 6 + 12 + 100
-                      8: (80.0, [4, 2, 1, 2, 1, 1, 1, 1, 9], 25, None)},
-    ("copy", True): {0: (320.0, [1008], 64, None),
-                     2: (384.0, [48, 120, 240], 27, None),           # 48 + 240 + 720
-                     4: (288.0, [32, 16, 16, 24, 160], 17, None),    # 32 + 32 + 48 + 96 + 800
-                     8: (224.0, [32, 16, 8, 16, 8, 8, 8, 8, 72], 12, None)},
-    ("chat", False): {0: (40.0, [126], 128, None),
-                      2: (42.0, [100, 10, 2], 114, 60),             # 100 + 20 + 6
-                      4: (40.8, [104, 6, 2, 1, 0], 115, 80),        # 104 + 12 + 6 + 4
-                      8: (36.0, [106, 4, 1, 0, 0, 0, 0, 0, 1], 114, 96)},
-    ("chat", True): {0: (320.0, [1008], 64, None),
-                     2: (304.0, [840, 72, 8], 60, 500),             # 840 + 144 + 24
-                     4: (256.0, [860, 50, 10, 2, 2], 58, 600),      # 860 + 100 + 30 + 8 + 10
-                     8: (240.0, [878, 40, 8, 2, 0, 0, 0, 0, 2], 58, 800)},
-}
-# vLLM: (workload, at once?) -> (off tokens/s, on tokens/s, guesses, accepted, same text)
-VLLM = {("copy", False): (64.0, 160.0, 124, 95, 2),
-        ("copy", True): (278.0, 250.2, 1000, 700, 16),
-        ("chat", False): (64.0, 60.8, 40, 4, 2),
-        ("chat", True): (278.0, 222.4, 640, 64, 15)}
-COPY_WORDS = (" The GNU General Public License is a free, copyleft license for software and "
-              "other kinds of works. The licenses for most software and other practical works "
-              "are designed to take away your freedom to share and change the works. By "
-              "contrast, the GNU General Public License is intended to guarantee your freedom "
-              "to share and change all versions of a program--to make sure it remains"
-              ).split(" ")[1:]
-
-
-def hand_engine(name: str, is_concurrent: bool, k: int) -> EngineRun:
-    tokens_per_s, by_tokens, num_steps, drafted = RUNS[(name, is_concurrent)][k]
-    count = N if is_concurrent else ONE
-    accepted = sum(i * n for i, n in enumerate(by_tokens))
-    # bf16 rounding: 2 of the 16 chats at once at k = 8 differ from off
-    identical = count - 2 * ((name, is_concurrent, k) == ("chat", True, 8))
-    return EngineRun(name, is_concurrent, count, k, count * OUTPUT / tokens_per_s,
-                     count * OUTPUT, tokens_per_s, 1 / tokens_per_s * count * 0.9, num_steps,
-                     k * sum(by_tokens) if drafted is None else drafted, accepted, by_tokens,
-                     identical)
-
-
-def hand_answer(name: str) -> Answer:
-    """64 tokens: the first the model's own (from the prompt), then runs of accepted guesses,
-    each ended by one of the model's own; the chat's a line break in it."""
-    if name == "copy":
-        words = [" " + w for w in COPY_WORDS][:OUTPUT]
-        pattern = [False] + ([True] * 4 + [False]) * 12 + [True, True, False]
-    else:
-        words = ([" Sure", "!", "\n", "\n", "A", " large", " language", " model"]
-                 + [" is", " a", " program", " that", " reads", " text", " and", " writes",
-                    " more", " of", " it", "."] * 5)[:OUTPUT - 4] + [" It", " is", " a", " tool"]
-        pattern = [False] * 60 + [True, False, True, False]
-    assert len(words) == len(pattern) == OUTPUT
-    return Answer(name, 4, words, pattern)
-
-
-def hand_server(name: str, is_concurrent: bool, on: bool) -> ServerRun:
-    off_tps, on_tps, drafted, accepted, same = VLLM[(name, is_concurrent)]
-    count = N if is_concurrent else ONE
-    tps = on_tps if on else off_tps
-    level = LoadLevel(count, count, count * OUTPUT / tps, count * OUTPUT, tps, mean_tpot_s=0.015
-                      if on else 0.03, is_concurrent=is_concurrent)
-    if not on:
-        return ServerRun(name, is_concurrent, 0, level, startup_s=12.0 if not is_concurrent and
-                         name == "copy" else None)
-    return ServerRun(name, is_concurrent, 4, level, drafted, accepted, same)
-
-
-def hand_result(header: results.RunHeader = HEADER) -> SpeculativeDecoding:
-    """The defaults' run: k = 2, 4, 8 (vLLM 4), n-grams of 2-4, 16 at once, 2 one at a time, 64
-    tokens an answer. Its summary row: copy one at a time at k = 4 100 / 40 = 2.5x, vLLM
-    160 / 64 = 2.5x; 16 chats at once at k = 4 256 / 320 = 0.8x."""
-    pairs = [(name, c) for name in ("copy", "chat") for c in (False, True)]
-    return SpeculativeDecoding(
-        Settings(ks=KS, vllm_k=4, prompt_lookup_min=2, prompt_lookup_max=4, num_requests=N,
-                 num_sequential=ONE, output_tokens=OUTPUT, copy_window_tokens=120,
-                 page_size_tokens=16, max_model_len=512, kv_cache_bytes=186_646_528, port=8000,
-                 is_vllm_measured=True),
-        WorkloadShape(source="/usr/share/common-licenses/GPL-3", min_copy_prompt_tokens=158,
-                      max_copy_prompt_tokens=163, min_chat_prompt_tokens=39,
-                      max_chat_prompt_tokens=43),
-        [Check("copy", 8, N, N, N * OUTPUT, N * OUTPUT, 628, 1154),
-         Check("chat", 8, N, N, N * OUTPUT, N * OUTPUT, 40, 361)],
-        [hand_engine(name, c, k) for name, c in pairs for k in [0, *KS]],
-        [hand_answer("copy"), hand_answer("chat")],
-        [hand_server(name, c, on) for on in (False, True) for name, c in pairs],
-        header=header)
+from tests.hand import assert_figure_reads_well
+from tests.hand.task_12_speculative_decoding import KS, OUTPUT, SUMMARY_ROW
+from tests.hand.task_12_speculative_decoding import record as hand_result
+from tests.says import assert_says
 
 
 def test_the_record_reads_back_whole():
@@ -162,7 +66,7 @@ def test_the_figures_that_follow_from_others():
 def test_the_summary_row():
     record = hand_result()
     row = "copy 2.5x, vLLM 2.5x; 16 chat -20%"   # 100 / 40; 160 / 64; 256 / 320
-    assert summary_row(record) == row and len(row) <= 34
+    assert summary_row(record) == row == SUMMARY_ROW and len(row) <= 34
     assert steps.by_name()[task12.SCRIPT].row(record) == row
     record.vllm = None                                   # --no-vllm
     assert task12.summary_row(record) == "copy 2.5x; 16 chat -20%"
@@ -170,39 +74,37 @@ def test_the_summary_row():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_12_report.insights(hand_result())
-    assert lines[0] == ("Speculation changed no token: 16/16 requests of both workloads "
-                        "identical in fp32 at k = 8, 668 of their tokens accepted guesses")
+    assert len(lines) == 6
+    # fp32 at k = 8: 16/16 copies and 16/16 chats identical; 628 + 40 = 668 tokens accepted
+    assert_says(lines[0], "16/16 requests", "k = 8", "668",
+                branch="changed no token", not_branch="a bug")
     # 2 of the 3 x (2 + 16) x 2 = 108 requests of part 2 with speculation on (chat, 16, k = 8)
-    assert lines[1].startswith("In bfloat16, 2 of part 2's 108 requests with speculation on "
-                               "differ from off; fp32 matched every one, so the difference is "
-                               "rounding")
+    assert_says(lines[1], "bfloat16", "2 of", "108 requests", branch="rounding")
     # the best k for copy requests one at a time: 4 (2.5x against 2.0x at 2 and 8), vLLM's;
-    # a step 3.2 s / 128 = 25 ms, 1.28 s / 33 = 39 ms; 126 tokens in 31 steps
-    assert lines[2] == (
-        "The source's one request got 1.1x from vLLM: a step reads every weight for one token. "
-        "Guesses copied from the prompt change that: copy requests one at a time ran 2.50x "
-        "(+150%) in mini_engine at k = 4 (77% of the guesses accepted; a step took 25 -> 39 ms "
-        "(1.6x) for 4.1 tokens) and vLLM's ngram 2.50x (+150%)")
+    # a step 3.2 s / 128 = 25 ms, 1.28 s / 33 = 39 ms; 126 tokens in 31 steps; kept 95 of 4 x
+    # 31 = 124 guesses (77%); vLLM 160 / 64 = 2.50x. The best k is vLLM's: no "at k = 4" of
+    # its own; vLLM's 2.50x is within what its 4.1 tokens a step buy: nothing unexplained
+    assert_says(lines[2], "1.1x", "2.50x (+150%)", "k = 4", "77%", "25 -> 39 ms", "(1.6x)",
+                "4.1 tokens", "2.50x (+150%)",
+                branch="and vLLM's ngram", not_branch=("; at k =", "not measured"))
     # 16 copies at once: 288 / 320; kept 16 + 32 + 72 + 640 = 760 of 4 x 248 = 992 guesses
     # (77%); 1,008 tokens in 248 steps of a request (4.1); a step 3.2 s / 64 = 50 ms, 3.556 s
     # / 17 = 209 ms (over 1.2x: the step's cost); 17 x 4.1 = 69 steps' worth, not 1.33 x 64;
-    # a request's time per token 0.9 x 16 / 320 = 45 ms, 0.9 x 16 / 288 = 50 ms (hand_engine)
-    assert lines[3] == (
-        "16 at once, copying: 0.90x (-10%) in mini_engine at k = 4, vLLM's ngram 0.90x (-10%). "
-        "A request gained 4.1 tokens a step (77% accepted; its time per output token 45 -> 50 "
-        "ms), and the run took 64 -> 17 steps of 50 -> 209 ms: 16 rows a step already share "
-        "each read of the weights, and 16 x 5 rows cost more")
-    # chat one at a time: kept 6 + 4 + 3 = 13 of 80 (16%), 126 tokens in 113 steps; 16 at
-    # once: a step 3.2 s / 64 = 50 ms, 4.0 s / 58 = 69 ms, 1,008 tokens in 924 steps (1.1)
-    assert lines[4] == (
-        "Chat, where the answer is not in the prompt: 16% of the guesses accepted (copy: 77%), "
-        "1.12 tokens a step; at k = 4 one at a time 1.02x (+2%) in mini_engine, vLLM's ngram "
-        "0.95x (-5%); 16 at once 0.80x (-20%), vLLM's ngram 0.80x (-20%) (a step took 50 -> 69 "
-        "ms (1.4x) for 1.1 tokens)")
+    # a request's time per token 0.9 x 16 / 320 = 45 ms, 0.9 x 16 / 288 = 50 ms (hand_engine);
+    # vLLM 250.2 / 278 = 0.90x
+    assert_says(lines[3], "16 at once", "0.90x (-10%)", "k = 4", "0.90x (-10%)", "4.1 tokens",
+                "77%", "45 -> 50 ms", "64 -> 17 steps", "50 -> 209 ms", "16 rows", "16 x 5 rows",
+                branch="cost more", not_branch=("slowest request", "not measured"))
+    # chat one at a time: kept 6 + 4 + 3 = 13 of 80 (16%), 126 tokens in 113 steps (1.12);
+    # 40.8 / 40 = 1.02x, vLLM 60.8 / 64 = 0.95x; 16 at once 256 / 320 = 0.80x, vLLM 222.4 /
+    # 278 = 0.80x: a step 3.2 s / 64 = 50 ms, 4.0 s / 58 = 69 ms, 1,008 tokens in 924 steps
+    # (1.1); no vLLM gain past its tokens a step
+    assert_says(lines[4], "16%", "77%", "1.12 tokens", "k = 4", "1.02x (+2%)", "0.95x (-5%)",
+                "16 at once", "0.80x (-20%)", "0.80x (-20%)", "50 -> 69 ms", "(1.4x)",
+                "1.1 tokens", not_branch="not measured")
     # 2 + 16 + 2 + 15 of 36 requests the same text
-    assert lines[5].startswith("vLLM's greedy text changed in 1 of 36 requests with "
-                               "speculation on: in bfloat16 a verification's k + 1 rows round")
-    assert len(lines) == 6
+    assert_says(lines[5], "1 of 36 requests", "bfloat16",
+                branch="changed", not_branch="was the same")
 
 
 def test_the_insight_changes_when_the_figures_do():
@@ -217,20 +119,24 @@ def test_the_insight_changes_when_the_figures_do():
     # vLLM's chat alone 76.8 / 64 = 1.20x, past its 126 / (126 - 4) = 1.03 tokens a step
     record.server_runs("chat", False)[1].level.tokens_per_s = 76.8
     lines = task_12_report.insights(record)
-    assert lines[0] == ("In fp32, requests differ from speculation off at chat k = 8 (2 differ): "
-                        "a bug")
+    assert len(lines) == 5
+    # 16 - 14 = 2 chats differ at k = 8
+    assert_says(lines[0], "chat k = 8", "(2 differ)", branch="a bug",
+                not_branch="changed no token")
     assert not any("rounding" in line for line in lines)
-    # k = 2 the best now (2.0x, as 8: the first); 1.6 s / 53 = 30 ms; 126 tokens in 51 steps
-    assert lines[1].endswith("copy requests one at a time ran 2.00x (+100%) in mini_engine at k "
-                             "= 2 (74% of the guesses accepted; a step took 25 -> 30 ms (1.2x) "
-                             "for 2.5 tokens); at k = 4 0.90x (-10%), vLLM's ngram 2.50x (+150%)")
+    # k = 2 the best now (2.0x, as 8: the first); 1.6 s / 53 = 30 ms; 126 tokens in 51 steps;
+    # kept 15 + 60 = 75 of 2 x 51 = 102 guesses (74%); vLLM's k = 4 named apart: 36 / 40 = 0.90x
+    assert_says(lines[1], "2.00x (+100%)", "k = 2", "74%", "25 -> 30 ms", "(1.2x)",
+                "2.5 tokens", "k = 4", "0.90x (-10%)", "2.50x (+150%)",
+                branch="; at k = 4", not_branch=("and vLLM's ngram", "not measured"))
     # 60 x 4.1 = 244 steps' worth of tokens, over 1.33 x 64: the slowest request; 3.556 s / 60
     # = 59 ms, under 1.2 x 50
-    assert lines[2].endswith("and the run took 64 -> 60 steps of 50 -> 59 ms: the run lasts as "
-                             "long as its slowest request")
-    assert ("vLLM's ngram 1.20x (+20%) (more than its 1.03 tokens a step account for; what else "
-            "made it faster was not measured); 16 at once") in lines[3]
-    assert lines[-1] == "vLLM's greedy text was the same with speculation on: 36/36 requests"
+    assert_says(lines[2], "64 -> 60 steps", "50 -> 59 ms",
+                branch="slowest request", not_branch="cost more")
+    # the unexplained part is the chat alone's (1.03 tokens a step), not 16 at once's
+    assert_says(lines[3], "1.20x (+20%)", "1.03 tokens", "16 at once", branch="not measured")
+    assert lines[3].count("not measured") == 1
+    assert_says(lines[-1], "36/36 requests", branch="was the same", not_branch="changed")
     record.vllm = None
     lines = task_12_report.insights(record)
     assert not any("vLLM's ngram" in line or line.startswith("vLLM") for line in lines)
@@ -356,23 +262,17 @@ def test_task_12_on_the_tiny_model(tiny_model, capsys):
 
 
 @pytest.mark.engine
-def test_task_12_against_a_server_given_by_base_url(tiny_model, capsys):
-    """--base-url: part 3 runs once, at that server's own setting (here vLLM's ngram at k = 3),
-    and the task neither restarts nor stops it; no line of the insight, the summary or the
-    figure compares speculation on and off in vLLM, which it did not choose."""
-    port = server.free_port()
-    spec = '{"method": "ngram", "num_speculative_tokens": 3}'
-    config = server.ServerConfig(tiny_model, "tiny", "float32", max_model_len=256,
-                                 max_num_seqs=16, port=port,
-                                 engine_args=("--speculative-config", spec))
-    try:
-        server.ensure_server(config)
-        record = task12.main(["--model", tiny_model, "--dtype", "float32", "--k", "2",
-                              "--requests", "3", "--output", "8",
-                              "--base-url", f"http://127.0.0.1:{port}/v1"])
-        assert server.running_config(port) == config          # the same server, untouched
-    finally:
-        server.stop_server(port)
+@pytest.mark.xdist_group("speculating_server")
+def test_task_12_against_a_server_given_by_base_url(tiny_model, speculating_server, capsys):
+    """--base-url: part 3 runs once, at that server's own setting (here vLLM's ngram at k = 3;
+    the server task 11's --base-url test shares), and the task neither restarts nor stops it; no
+    line of the insight, the summary or the figure compares speculation on and off in vLLM,
+    which it did not choose."""
+    port = speculating_server.port
+    record = task12.main(["--model", tiny_model, "--dtype", "float32", "--k", "2",
+                          "--requests", "3", "--output", "8",
+                          "--base-url", f"http://127.0.0.1:{port}/v1"])
+    assert server.running_config(port) == speculating_server   # the same server, untouched
     out = capsys.readouterr().out
     assert_fits(out)
     assert [(r.workload, r.is_concurrent, r.k, r.startup_s) for r in record.vllm] == [
@@ -411,9 +311,9 @@ def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
 
 def test_quick_is_a_shorthand_that_flags_given_override():
     args = task12.parse_args(["--quick"])
-    assert (args.k, args.requests, args.output) == ([4], 4, 24)
+    assert (args.k, args.requests, args.output) == ([4], 3, 16)
     args = task12.parse_args(["--quick", "--requests", "6"])
-    assert (args.k, args.requests, args.output) == ([4], 6, 24)
+    assert (args.k, args.requests, args.output) == ([4], 6, 16)
     args = task12.parse_args([])
     assert (args.k, args.requests, args.output, args.ngram) == ([2, 4, 8], 16, 64, (2, 4))
 
@@ -428,3 +328,38 @@ def test_a_workload_that_cannot_fit_is_one_line(tiny_model, capsys):
             task12.main(["--model", tiny_model, "--no-vllm", *args])
         lines = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+
+
+def test_task_12_on_the_real_model_guesses_and_changes_no_token(lab_run):
+    # task 12 (--quick: k = 4, 3 requests, 16 tokens an answer): in fp32 every request of
+    # both workloads identical with speculation on and off, token for token, with guesses
+    # kept; every decoded token counted once in the steps' histogram (15 of each answer's
+    # 16: its first comes from its prompt); vLLM's server off, then on with its ngram: every
+    # request answered, its speculation counters read from /metrics only when on
+    assert lab_run.args("task_12_speculative_decoding") == ["--port", str(lab_run.port),
+                                                            "--quick"]
+    t12 = lab_run.saved("task_12_speculative_decoding")
+    assert t12["settings"]["ks"] == [4] and t12["settings"]["vllm_k"] == 4
+    assert [(c["workload"], c["k"], c["num_identical"], c["num_tokens_identical"])
+            for c in t12["correct"]] == [("copy", 4, 3, 48), ("chat", 4, 3, 48)]
+    assert t12["correct"][0]["num_accepted_tokens"] > 0
+    runs = t12["mini_engine"]
+    assert [(r["workload"], r["is_concurrent"], r["num_requests"], r["k"]) for r in runs] == [
+        (name, c, 3 if c else 2, k) for name in ("copy", "chat") for c in (False, True)
+        for k in (0, 4)]
+    for r in runs:
+        assert sum((i + 1) * n for i, n in enumerate(r["steps_by_tokens"])) == \
+            r["num_requests"] * 15
+        assert r["num_accepted_tokens"] == sum(i * n for i, n in
+                                               enumerate(r["steps_by_tokens"]))
+    assert [len(a["tokens"]) for a in t12["answers"]] == [16, 16]
+    vllm = t12["vllm"]
+    assert [(r["k"], r["level"]["num_ok"]) for r in vllm] == [
+        (0, 2), (0, 3), (0, 2), (0, 3), (4, 2), (4, 3), (4, 2), (4, 3)]
+    assert all("num_draft_tokens" not in r for r in vllm[:4])
+    assert all(0 <= r["num_accepted_tokens"] <= r["num_draft_tokens"] for r in vllm[4:])
+    assert vllm[4]["num_accepted_tokens"] > 0                # the copy workload's guesses
+    # it started the server twice (off, then restarted with the ngram method: the settings
+    # differ) and compared every greedy text on with off
+    assert vllm[0]["startup_s"] and vllm[4]["startup_s"]
+    assert all(0 <= r["num_same_text"] <= r["level"]["num_users"] for r in vllm[4:])

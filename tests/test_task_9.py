@@ -1,8 +1,9 @@
-"""Task 9 without a model: its record built by hand (hand_result), saved and read back whole, the
-summary's row, what its figures plot (the batching timeline's slots worked out by hand: the
-matrix, never the pixels), and its report printed from the record, the two insight lines of the
-step profile among it. The engine itself, task 9 end to end and its flags: tests/test_engine.py;
-task 9 on the real model, vLLM included: tests/test_lab.py."""
+"""Task 9 without a model: its record built by hand (hand_result, from tests/hand/, where the
+lab-wide tests read it too), saved and read back whole, the summary's row, what its figures plot
+(the batching timeline's slots worked out by hand: the matrix, never the pixels), and its report
+printed from the record, the two insight lines of the step profile among it. The engine itself,
+task 9 end to end and its flags: tests/test_engine.py. Task 9 on the real model, vLLM included:
+the last test here, on the lab's quick run (the lab_run fixture, tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
@@ -12,24 +13,14 @@ from common import figures, results, settings, steps
 from lessons.task_9 import profile as task_9_profile
 from lessons.task_9 import report as task_9_report
 from lessons.task_9.figure import batching_timeline, ids_of, runs_of, step_phases, timeline_grid
-from lessons.task_9.record import (Correctness, HFRun, LinearChoice, LinearChoices,
-                                   MachineBounds, Mismatch, OwnEngine, Phases, PolicyRun,
-                                   RunSettings, StepTimeline, VllmRun, VllmSettings, ratios,
+from lessons.task_9.record import (Mismatch, OwnEngine, Phases, StepTimeline, ratios,
                                    timeline_record)
+from tests.hand.task_9_build_your_own_engine import HAND, SUMMARY_ROW, hand_phases
+from tests.hand.task_9_build_your_own_engine import record as hand_result
+from tests.says import assert_says
 
-HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32", threads=2)
-
-# --- the hand workload: tests/test_engine.py's ------------------------------------------------
-# outputs of 8, 1, 1, 1 tokens in arrival order, batch cap 2, one token per live request per
-# step. By hand:
-# - static: [0, 1] for 8 steps (1 is done after step 0 and stays as padding for steps 1-7), then
-#   [2, 3] at step 8: 9 steps;
-# - static no-pad: the same, but 1's row leaves the compute after step 0 and no one takes its
-#   slot before the batch ends: slot 1 idle for steps 1-7;
-# - continuous: 2 takes 1's slot at step 1, 3 takes 2's at step 2, then 0 runs alone: 8 steps.
-HAND = {"static": StepTimeline(["0 1"] * 8 + ["2 3"], [""] + ["1"] * 7 + [""]),
-        "static no-pad": StepTimeline(["0 1"] + ["0"] * 7 + ["2 3"], [""] * 9),
-        "continuous": StepTimeline(["0 1", "0 2", "0 3"] + ["0"] * 5, [""] * 8)}
+# the hand workload (tests/hand/task_9_build_your_own_engine.py: HAND): outputs of 8, 1, 1, 1
+# tokens, batch cap 2; each policy's timeline worked out there
 _ = None   # an idle slot
 EXPECTED = {   # ids[slot][step]; padding cells (slot, steps)
     "static": ([[0] * 8 + [2], [1] * 8 + [3]], {(1, s) for s in range(1, 8)}),
@@ -40,61 +31,6 @@ EXPECTED = {   # ids[slot][step]; padding cells (slot, steps)
 
 def grid_of(timeline: StepTimeline, max_batch: int = 2):
     return timeline_grid(ids_of(timeline.seq_ids), ids_of(timeline.padding_ids), max_batch)
-
-
-# --- a whole record, by hand --------------------------------------------------------------------
-def hand_policy(label: str, tokens_per_s: float, num_steps: int, peak_num_pages: int
-                ) -> PolicyRun:
-    """The hand workload's 11 tokens; slot utilisation = 11 / (2 slots x steps)."""
-    return PolicyRun(label, tokens_per_s, 11 / tokens_per_s, 11, 0.1, 0.2, 0.05, num_steps,
-                     11 / (2 * num_steps), peak_num_pages, 16, 0)
-
-
-def hand_phases(matmul_s: float, num_steps: int) -> Phases:
-    return Phases(matmul_s, 0.002, 0.003, 0.001, 0.0006, matmul_s + 0.0066, num_steps)
-
-
-def hand_choice(chosen: str, at_batch_s: dict[int, float], fused: bool = True) -> LinearChoice:
-    """Every option slower than the chosen one (all layers of the kind, batch 1 + 2 summed);
-    fused: the kind has parts (qkv, gate_up), so each option also ran unfused."""
-    chosen_sum = sum(at_batch_s.values())
-    option_s = {}
-    for k, kernel in enumerate(("F.linear", "W @ x.T", "oneDNN packed")):
-        option_s[kernel] = chosen_sum if kernel == chosen else chosen_sum * (1.5 + k / 10)
-        if fused:
-            option_s[f"{kernel}, unfused"] = chosen_sum * (2 + k / 10)
-    return LinearChoice(chosen, option_s, at_batch_s)
-
-
-def hand_result(with_vllm: bool = True) -> OwnEngine:
-    """Task 9 on the hand workload (cap 2), every field filled. Continuous 66.16 tok/s, static
-    40.0, vLLM 50.66: 1.654x static, 1.306x vLLM. The decode step at batch 2: matmuls 80 ms in the
-    engine, the same kernels 76.5 ms timed alone at load (12 + 6 + 31 + 15.5 + 12), the kernel
-    floor through F.linear 72 ms."""
-    policies = {"static": hand_policy("static", 40.0, 9, 2),
-                "static no-pad": hand_policy("static no-pad", 44.0, 9, 2),
-                "continuous": hand_policy("continuous", 66.16, 8, 2)}
-    vllm = (VllmRun(11 / 50.66, 11, 50.66, 2,
-                    VllmSettings(128, settings.KV_CACHE_BYTES, 16, True, "float32", 2), 16, 364)
-            if with_vllm else None)
-    cont_over_static, engine_over_vllm = ratios(policies, vllm)
-    return OwnEngine(
-        header=HEADER,
-        settings=RunSettings(4, 8, 0, 2, 16, settings.KV_CACHE_BYTES, 128, "both",
-                             settings.TEMPERATURE),
-        correctness=Correctness(8, [1, 5, 11, 12, 9, 10, 19, 29], 16, 8, [], 16),
-        workload_num_output_tokens=[8, 1, 1, 1], policies=policies, timelines=dict(HAND),
-        phases={1: hand_phases(0.070, 23), 2: hand_phases(0.080, 5)},
-        machine=MachineBounds(20e9, 538_000_000, 0.0269, "measured now",
-                              {1: 0.065, 2: 0.072}),
-        linear_choices=LinearChoices([1, 2], 0.9, {
-            "qkv": hand_choice("oneDNN packed", {1: 0.010, 2: 0.012}),
-            "o": hand_choice("W @ x.T", {1: 0.005, 2: 0.006}, fused=False),
-            "gate_up": hand_choice("oneDNN packed", {1: 0.028, 2: 0.031}),
-            "down": hand_choice("oneDNN packed", {1: 0.014, 2: 0.0155}, fused=False),
-            "lm_head": hand_choice("oneDNN packed", {1: 0.011, 2: 0.012}, fused=False)}),
-        vllm=vllm, transformers_static=HFRun(0.5, 11, 22.0) if with_vllm else None,
-        continuous_over_static=cont_over_static, engine_over_vllm=engine_over_vllm)
 
 
 # --- the record, saved and read back; the summary's row -----------------------------------------
@@ -126,7 +62,7 @@ def test_without_part_4_nothing_of_it_is_saved():
 
 
 def test_the_summary_row():
-    assert task9.summary_row(hand_result()) == "8/8 = HF, 1.65x static, 1.31x vLLM"
+    assert task9.summary_row(hand_result()) == SUMMARY_ROW == "8/8 = HF, 1.65x static, 1.31x vLLM"
     assert task9.summary_row(hand_result(with_vllm=False)) == "8/8 = HF, 1.65x static"
     hand = hand_result(with_vllm=False)
     hand.policies = {"static": hand.policies["static"]}
@@ -251,32 +187,39 @@ def printed(capsys) -> str:
 
 def test_the_kernel_sentence_compares_the_same_kernels_then_the_floor():
     hand = hand_result()
-    assert task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices) == (
-        "At batch 2 its matmuls (W @ x.T / oneDNN packed) took 80.0 ms a step inside the engine "
-        "and 76.5 ms timed alone at load, so the step's other work cost them +3.5 ms; the "
-        "kernel floor through F.linear took 72.0 ms, 8.0 ms less: that is the kernel choice")
+    # batch 2: the matmuls 80.0 ms a step in the engine; the same kernels timed alone at load
+    # 12 + 6 + 31 + 15.5 + 12 = 76.5 ms, so the step's other work cost them 80.0 - 76.5 = +3.5
+    # ms; the floor through F.linear 72.0 ms, 80.0 - 72.0 = 8.0 ms less than the step's
+    assert_says(task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices),
+                "batch 2", "(W @ x.T / oneDNN packed)", "80.0 ms", "76.5 ms", "+3.5 ms",
+                "72.0 ms", "8.0 ms", branch=("timed alone", "ms less"), not_branch="ms more")
     # a fullest batch the kernels were not timed at (the continuous run never filled the cap):
     # no figure timed alone, so that half is left out; a floor slower than the step, "more"
+    # (62.5 - 50.0 = 12.5 ms)
     hand.phases = {1: hand.phases[1], 3: hand_phases(0.050, 4)}
     hand.machine.kernel_floor_s[3] = 0.0625
-    assert task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices) == (
-        "At batch 3 its matmuls (W @ x.T / oneDNN packed) took 50.0 ms a step inside the "
-        "engine; the kernel floor through F.linear took 62.5 ms, 12.5 ms more: that is the "
-        "kernel choice")
+    assert_says(task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices),
+                "batch 3", "(W @ x.T / oneDNN packed)", "50.0 ms", "62.5 ms", "12.5 ms",
+                branch="ms more", not_branch=("timed alone", "other work", "ms less"))
 
 
 def test_the_step_limit_is_chosen_from_the_phases():
     hand = hand_result()
     # batch 2: 86.6 ms, matmuls 80 of it (92%), 80 / 26.9 = 3.0x one read of the weights
-    assert task_9_profile.step_limit(hand.phases, hand.machine) == (
-        "At batch 2 a decode step took 87 ms, 92% of it the matmul library: 3.0x one read of "
-        "the weights, so the kernels on these skinny shapes, more than memory, set the pace")
+    assert_says(task_9_profile.step_limit(hand.phases, hand.machine),
+                "batch 2", "87 ms", "92%", "3.0x",
+                branch=("the matmul library", "skinny shapes"),
+                not_branch="memory bandwidth sets the pace")
     hand.machine.weight_read_s = 0.060    # 80 / 60 = 1.3x: memory sets the pace
-    assert task_9_profile.step_limit(hand.phases, hand.machine).endswith(
-        ": 1.3x one read of the weights, so memory bandwidth sets the pace")
+    assert_says(task_9_profile.step_limit(hand.phases, hand.machine),
+                "batch 2", "87 ms", "92%", "1.3x",
+                branch=("the matmul library", "memory bandwidth sets the pace"),
+                not_branch="skinny shapes")
     hand.phases[2] = Phases(0.001, 0.050, 0.003, 0.001, 0.0006, 0.0556, 5)   # 50 of 55.6 ms
-    assert task_9_profile.step_limit(hand.phases, hand.machine) == (
-        "At batch 2 a decode step took 56 ms, 90% of it attention")
+    # attention the largest part: 50 / 55.6 = 90%, and no word of the weights' read
+    assert_says(task_9_profile.step_limit(hand.phases, hand.machine), "batch 2", "56 ms", "90%",
+                branch="attention",
+                not_branch=("matmul library", "small ops", "read of the weights"))
 
 
 def test_the_report_prints_every_part_from_the_record(capsys):
@@ -320,3 +263,23 @@ def test_without_part_4_or_with_a_token_that_differs(capsys):
             "margin there 1.50e-03") in out
     assert ("7/8 prompts token-identical to transformers - the differing ones are listed above "
             "with their logit margin") in out
+
+
+def test_task_9_on_the_real_model_is_token_identical_to_transformers(lab_run):
+    # task 9: the engine token-identical to transformers on the real model (8 prompts),
+    # all three policies made every token of the workload, vLLM and transformers too
+    assert lab_run.args("task_9_build_your_own_engine") == ["--requests", "8",
+                                                            "--mean-output", "8"]   # --quick's
+    t9 = lab_run.saved("task_9_build_your_own_engine")
+    assert t9["correctness"]["num_identical"] == 8 and t9["correctness"]["mismatches"] == []
+    assert t9["correctness"]["num_new_tokens"] == 16
+    lengths = t9["workload_num_output_tokens"]
+    assert len(lengths) == 8
+    assert [p["num_tokens"] for p in t9["policies"].values()] == [sum(lengths)] * 3
+    assert t9["vllm"]["num_tokens"] == t9["transformers_static"]["num_tokens"] == sum(lengths)
+    assert t9["vllm"]["block_size"] == settings.BLOCK_SIZE
+    assert t9["vllm"]["settings"]["max_num_seqs"] == t9["settings"]["max_batch"] == 16
+    assert t9["engine_over_vllm"] > 0   # its arithmetic: tests/test_engine.py, by hand
+    # task 9 ran alone: the lab stopped the server tasks 5-8 shared before it, so its ~2.2 GB
+    # is not charged to task 9 (tests/test_lab.py checks the lab said so)
+    assert lab_run.step(task9.SCRIPT)["peak_processes"] == 1

@@ -1,20 +1,15 @@
 """Tasks 1-2 end to end: real transformers, a real in-process vLLM engine. Fast on the tiny
-model the tests build (tests/test_lab.py runs them on the real packaged model, task 2 taking
-task 1's saved baseline). Timings are reported by the scripts, never asserted here: only that
-they were measured."""
+model the tests build; on the real packaged model in the lab's quick run (the lab_run fixture,
+tests/conftest.py: the last two tests here), task 2 taking task 1's saved baseline and its KV
+capacity checked against the arithmetic. Timings are reported by the scripts, never asserted
+here: only that they were measured."""
 from __future__ import annotations
 
 import pytest
 
-from common import settings, steps
-from tests.conftest import assert_fits, run_script, saved_result
-
-
-def check_generation(r: dict, tokens: int = 50) -> None:
-    assert r["generated_tokens"] == tokens
-    assert r["total_time_s"] > 0 and r["tokens_per_s"] > 0   # the formula: test_reports, by hand
-    assert r["warmup_excluded"] is True
-    assert r["threads"] >= 1
+from common import kv, settings, steps
+from tests.conftest import (BYTES_PER_TOKEN, QUICK_TOKENS, assert_fits, check_generation,
+                            run_script, saved_result)
 
 
 def test_task_1_on_the_tiny_model(tiny_model):
@@ -38,7 +33,7 @@ def test_task_1_on_the_tiny_model(tiny_model):
 @pytest.mark.engine
 def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     """No task 1 result for this model: task 2 measures the baseline itself. (Task 2 taking task
-    1's saved result is checked in tests/test_lab.py, on the real model.)"""
+    1's saved result is checked below, on the real model, in the lab's quick run.)"""
     proc = run_script("task_2_vllm_inference.py", "--model", tiny_model, "--dtype", "float32",
                       "--max-tokens", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -63,3 +58,32 @@ def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     typed = step.load()
     assert typed.settings.block_size == 16 and typed.kv_capacity_derived.num_blocks == 8_192
     assert step.row(typed) == f"{t2['tokens_per_s']:.1f} tok/s ({t2['speedup']:.1f}x)"
+
+
+def test_tasks_1_and_2_generate_from_the_real_model(lab_run, real_model):
+    assert lab_run.args("task_1_hf_baseline") == ["--max-tokens", "10"]     # --quick's
+    t1 = lab_run.saved("task_1_hf_baseline")
+    t2 = lab_run.saved("task_2_vllm_inference")
+    check_generation(t1, QUICK_TOKENS)
+    check_generation(t2, QUICK_TOKENS)
+    assert t1["model_path"] == t2["model_path"] == real_model.path
+    assert t2["baseline"]["source"].startswith("task 1's saved result")
+    assert t2["baseline"]["tokens_per_s"] == t1["tokens_per_s"]
+    assert lab_run.row("task_1_hf_baseline") == f"{t1['tokens_per_s']:.1f} tok/s"   # summary
+
+
+def test_task_2_kv_capacity_on_the_real_model_is_what_the_arithmetic_says(lab_run):
+    t2 = lab_run.saved("task_2_vllm_inference")
+    # What vLLM allocated for SmolLM's shape in 128 MiB, in blocks of settings.BLOCK_SIZE,
+    # read from the engine and derived from the config: equal. By hand, blocks of 16:
+    # 134,217,728 // (46,080 B x 16) = 182 blocks, 2,912 tokens, 8 a request: 22.75 in fp32;
+    # 364, 5,824, 45.5 in bf16 (23,040 B a token). (SPEC, blocks of 128: 22 / 2,816 / 22.0.)
+    derived = kv.derive_capacity(BYTES_PER_TOKEN[t2["dtype"]], settings.KV_CACHE_BYTES,
+                                 settings.BLOCK_SIZE, settings.MAX_MODEL_LEN)
+    expected = (derived.num_blocks, derived.num_tokens, derived.max_concurrency)
+    assert settings.BLOCK_SIZE == 16 and expected == {
+        "bfloat16": (364, 5_824, 45.5), "float32": (182, 2_912, 22.75)}[t2["dtype"]]
+    engine = t2["kv_capacity_engine"]
+    assert (engine["num_blocks"], engine["num_tokens"], engine["max_concurrency"]) == expected
+    assert engine["block_size"] == settings.BLOCK_SIZE
+    assert t2["kv_capacity_agree"] is True

@@ -1,54 +1,26 @@
 """Tasks 6 and 7 without a server: their records saved and read back whole, the summary's rows,
-and what their figures plot, on results typed in by hand (the matrix, never the pixels). The
-runs against a real server are in tests/test_server_tasks.py (task 6) and tests/test_lab.py
-(task 7's restarts); the KEY INSIGHT lines in tests/test_reports.py."""
+and what their figures plot, on results typed in by hand (tests/hand/: the matrix, never the
+pixels). The runs against a real server are in tests/test_server_tasks.py (task 6) and, on the
+real model, the lab's quick run (task 7's restarts: the last test here); the KEY INSIGHT lines in
+tests/test_reports.py."""
 from __future__ import annotations
 
 import pytest
 
 import task_6_multi_user_load as task6
 import task_7_tuning as task7
-from common import figures, results, settings, steps
+from common import figures, kv, results, settings, steps
 from common.load import LoadLevel
-
-HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")
-
-
-def hand_level(num_users: int, duration_s: float) -> LoadLevel:
-    """num_users requests of 50 tokens in duration_s; latencies from it (p95: the whole level)."""
-    return LoadLevel(num_users, num_users, duration_s, 50 * num_users,
-                     round(50 * num_users / duration_s, 2), mean_latency_s=duration_s * 0.9,
-                     p50_latency_s=duration_s * 0.9, p95_latency_s=duration_s,
-                     mean_ttft_s=0.1 * num_users, mean_tpot_s=duration_s / 50)
-
-
-def hand_load() -> task6.MultiUserLoad:
-    """1, 5, 10 and 20 users; the 20 one after another took 76 s."""
-    users = [1, 5, 10, 20]
-    return task6.MultiUserLoad(
-        header=HEADER, base_url="http://127.0.0.1:8000", server_state="reused",
-        users_per_level=users, max_tokens=50, temperature=settings.TEMPERATURE,
-        levels=[hand_level(u, d) for u, d in zip(users, (3.8, 7.0, 9.0, 12.5))],
-        scaling_factor=4.2, server_config="max_model_len=128, max_num_seqs=256",
-        sequential=LoadLevel(20, 20, 76.0, 1000, 1000 / 76.0, is_concurrent=False))
-
-
-def hand_tuning() -> task7.Tuning:
-    """A, B and C: 10 requests each; C capped at 8 running, 2 waited."""
-    runs = []
-    for config, tok_s, latency_s, running, waiting in zip(
-            task7.CONFIGS, (72.0, 74.0, 60.0), (6.9, 6.7, 8.3), (10, 10, 8), (0, 0, 2)):
-        level = LoadLevel(10, 10, 500 / tok_s, 500, tok_s, mean_latency_s=latency_s,
-                          p50_latency_s=latency_s, p95_latency_s=latency_s * 1.1)
-        runs.append(task7.ConfigRun(config, "restarted", 22.0, level, 30.0, 22, 16,
-                                    running, waiting, 12))
-    return task7.Tuning(header=HEADER, num_requests=10, max_tokens=50,
-                        kv_cache_memory_bytes=settings.KV_CACHE_BYTES, configs=runs)
+from tests.conftest import BYTES_PER_TOKEN, QUICK_TOKENS
+from tests.hand.task_6_multi_user_load import SUMMARY_ROW as ROW_6
+from tests.hand.task_6_multi_user_load import record as hand_load
+from tests.hand.task_7_tuning import SUMMARY_ROW as ROW_7
+from tests.hand.task_7_tuning import record as hand_tuning
 
 
 def save_hand_results() -> tuple[task6.MultiUserLoad, task7.Tuning]:
-    """Both saved (stamped with when and where), as the scripts save them; tests/test_figures.py
-    draws the report page from them too."""
+    """Both saved (stamped with when and where), as the scripts save them (tests/test_figures.py
+    draws the report page from the same records: tests/hand/)."""
     six, seven = hand_load(), hand_tuning()
     results.save(task6.SCRIPT, six)
     results.save(task7.SCRIPT, seven)
@@ -74,10 +46,10 @@ def test_the_records_read_back_whole():
 
 def test_the_summary_rows():
     six, seven = hand_load(), hand_tuning()
-    assert task6.summary_row(six) == "20 users 80.0 tok/s (4.2x)"
+    assert task6.summary_row(six) == ROW_6 == "20 users 80.0 tok/s (4.2x)"
     six.levels = [LoadLevel(1, 0, 1.0, 0, 0.0, errors=["boom"])]
     assert task6.summary_row(six) == "no level made a token"
-    assert task7.summary_row(seven) == "A 72.0 / B 74.0 / C 60.0 tok/s"
+    assert task7.summary_row(seven) == ROW_7 == "A 72.0 / B 74.0 / C 60.0 tok/s"
 
 
 def test_what_the_load_and_tuning_figures_plot():
@@ -132,3 +104,28 @@ def test_the_figures_have_a_title_axes_with_units_and_a_caption(name):
     drawn = figures.draw(name, res, step.figures)
     assert [(path.name, why) for path, why in drawn] == [(f"{name}.png", None)]
     assert drawn[0][0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_task_7_on_the_real_model_restarts_the_server_for_each_config(lab_run):
+    t2 = lab_run.saved("task_2_vllm_inference")
+    configs = lab_run.saved("task_7_tuning")["configs"]
+    assert [(c["config"]["max_model_len"], c["config"]["max_num_seqs"])
+            for c in configs] == [
+        (128, 256), (64, 256), (64, 8)]
+    # A is the server tasks 5-6 ran (the lab's settings); B and C restart it
+    assert [c["server_state"] for c in configs] == ["reused", "restarted", "restarted"]
+    assert [c["kv_max_concurrency"] for c in configs] == [
+        kv.derive_capacity(BYTES_PER_TOKEN[t2["dtype"]], settings.KV_CACHE_BYTES,
+                           settings.BLOCK_SIZE, c["config"]["max_model_len"]).max_concurrency
+        for c in configs]
+    assert all(c["kv_block_size_tokens"] == settings.BLOCK_SIZE for c in configs)
+    # configs B and C hold the same KV blocks: max_num_seqs divides no memory, and the
+    # insight says so from the figures (no "128 -> 64" typed in, no "both divide the same
+    # budget")
+    assert configs[1]["num_kv_blocks"] == configs[2]["num_kv_blocks"] == \
+        t2["kv_capacity_engine"]["num_blocks"]
+    assert "max_num_seqs divides no memory: C's KV cache is the same" in lab_run.out
+    assert "Both are knobs" not in lab_run.out
+    assert configs[2]["peak_num_requests_running"] <= 8
+    assert all(c["level"]["num_ok"] == 10
+               and c["level"]["num_output_tokens"] == 10 * QUICK_TOKENS for c in configs)

@@ -114,7 +114,7 @@ def insights(res: PrefixCaching) -> list[str]:
              if c.num_identical == n else
              f"{n - c.num_identical} of {n} requests differ with the cache in fp32: a bug"]
     same = res.num_identical_in_dtype
-    if same < n:
+    if same < n and c.num_identical == n:    # rounding only where fp32 clears the cache
         lines.append(f"In {dtype}, {same}/{n} matched; fp32 matched {c.num_identical}/{n}, so the "
                      f"difference is rounding (the same K/V computed in another batch rounds "
                      f"differently in {dtype}), not the cache's bookkeeping")

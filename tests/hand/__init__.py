@@ -1,13 +1,54 @@
-"""Results written by hand for the tests of the summary, the figures and the report page: a
-record with the fields a test names, every other field it requires at its type's zero (0, "",
-[], None, a nested record filled the same way), saved the way a task saves it."""
+"""Results written by hand, for a task's own tests and for the lab-wide ones (the summary, the
+figures, the report page).
+
+Each step that has a hand-built record declares it in a module of its own here, named as the
+step (tests/hand/task_9_build_your_own_engine.py), read top to bottom as its test file reads it:
+
+    record(header=None)  its RECORD, every number worked out by hand (header: the run's, else the
+                         module's own)
+    SUMMARY_ROW          the row of the summary's table that record gives, typed in by hand
+
+The lab-wide tests go over common/steps.py and take what is declared here (records(), save_all()),
+so a new task's hand record is one module here, and no lab-wide test changes. A step without a
+module is simply not among them. These are helpers, not tests: a test file imports them, never
+another test file (tests/test_layout.py).
+
+For the rest, fill() writes a record with the fields a test names, every other field it requires
+at its type's zero (0, "", [], None, a nested record filled the same way), and save() saves it the
+way a task saves it."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import types
 import typing
+from pathlib import Path
 
-from common import results
+from common import results, steps
+
+HERE = Path(__file__).resolve().parent
+
+
+def modules() -> dict[str, types.ModuleType]:
+    """The hand-record module of every step that has one (tests/hand/<step>.py), in the order of
+    common/steps.py, by the step's results name."""
+    return {step.name: importlib.import_module(f"{__name__}.{step.name}")
+            for step in steps.STEPS if (HERE / f"{step.name}.py").is_file()}
+
+
+def records(header: results.RunHeader | None = None) -> dict[str, results.Result]:
+    """Every step's hand-built record, by results name (header: every record's, else each
+    module's own)."""
+    return {name: module.record(header=header) for name, module in modules().items()}
+
+
+def save_all(header: results.RunHeader | None = None) -> dict[str, results.Result]:
+    """Save every hand-built record as its task saves it (results/<name>.json, stamped with when
+    and where); returns them."""
+    saved = records(header)
+    for name, record in saved.items():
+        results.save(name, record)
+    return saved
 
 
 def fill(cls, **given):

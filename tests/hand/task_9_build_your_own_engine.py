@@ -1,0 +1,79 @@
+"""Task 9's record by hand (tests/hand/__init__.py): the hand workload of tests/test_engine.py,
+4 requests at a batch cap of 2, every field filled. Its tests: tests/test_task_9.py."""
+from __future__ import annotations
+
+from common import results, settings
+from lessons.task_9.record import (Correctness, HFRun, LinearChoice, LinearChoices,
+                                   MachineBounds, OwnEngine, Phases, PolicyRun, RunSettings,
+                                   StepTimeline, VllmRun, VllmSettings, ratios)
+
+HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32", threads=2)
+# the summary's row of record(): 8 of 8 prompts identical to transformers; continuous 66.16
+# tok/s over static's 40.0 (1.654x) and vLLM's 50.66 (1.306x)
+SUMMARY_ROW = "8/8 = HF, 1.65x static, 1.31x vLLM"
+
+# --- the hand workload: tests/test_engine.py's ------------------------------------------------
+# outputs of 8, 1, 1, 1 tokens in arrival order, batch cap 2, one token per live request per
+# step. By hand:
+# - static: [0, 1] for 8 steps (1 is done after step 0 and stays as padding for steps 1-7), then
+#   [2, 3] at step 8: 9 steps;
+# - static no-pad: the same, but 1's row leaves the compute after step 0 and no one takes its
+#   slot before the batch ends: slot 1 idle for steps 1-7;
+# - continuous: 2 takes 1's slot at step 1, 3 takes 2's at step 2, then 0 runs alone: 8 steps.
+HAND = {"static": StepTimeline(["0 1"] * 8 + ["2 3"], [""] + ["1"] * 7 + [""]),
+        "static no-pad": StepTimeline(["0 1"] + ["0"] * 7 + ["2 3"], [""] * 9),
+        "continuous": StepTimeline(["0 1", "0 2", "0 3"] + ["0"] * 5, [""] * 8)}
+
+
+def hand_policy(label: str, tokens_per_s: float, num_steps: int, peak_num_pages: int
+                ) -> PolicyRun:
+    """The hand workload's 11 tokens; slot utilisation = 11 / (2 slots x steps)."""
+    return PolicyRun(label, tokens_per_s, 11 / tokens_per_s, 11, 0.1, 0.2, 0.05, num_steps,
+                     11 / (2 * num_steps), peak_num_pages, 16, 0)
+
+
+def hand_phases(matmul_s: float, num_steps: int) -> Phases:
+    return Phases(matmul_s, 0.002, 0.003, 0.001, 0.0006, matmul_s + 0.0066, num_steps)
+
+
+def hand_choice(chosen: str, at_batch_s: dict[int, float], fused: bool = True) -> LinearChoice:
+    """Every option slower than the chosen one (all layers of the kind, batch 1 + 2 summed);
+    fused: the kind has parts (qkv, gate_up), so each option also ran unfused."""
+    chosen_sum = sum(at_batch_s.values())
+    option_s = {}
+    for k, kernel in enumerate(("F.linear", "W @ x.T", "oneDNN packed")):
+        option_s[kernel] = chosen_sum if kernel == chosen else chosen_sum * (1.5 + k / 10)
+        if fused:
+            option_s[f"{kernel}, unfused"] = chosen_sum * (2 + k / 10)
+    return LinearChoice(chosen, option_s, at_batch_s)
+
+
+def record(header: results.RunHeader | None = None, with_vllm: bool = True) -> OwnEngine:
+    """Task 9 on the hand workload (cap 2), every field filled (header: the run's, else HEADER).
+    Continuous 66.16 tok/s, static 40.0, vLLM 50.66: 1.654x static, 1.306x vLLM. The decode step
+    at batch 2: matmuls 80 ms in the engine, the same kernels 76.5 ms timed alone at load (12 + 6
+    + 31 + 15.5 + 12), the kernel floor through F.linear 72 ms. with_vllm=False: without part 4."""
+    policies = {"static": hand_policy("static", 40.0, 9, 2),
+                "static no-pad": hand_policy("static no-pad", 44.0, 9, 2),
+                "continuous": hand_policy("continuous", 66.16, 8, 2)}
+    vllm = (VllmRun(11 / 50.66, 11, 50.66, 2,
+                    VllmSettings(128, settings.KV_CACHE_BYTES, 16, True, "float32", 2), 16, 364)
+            if with_vllm else None)
+    cont_over_static, engine_over_vllm = ratios(policies, vllm)
+    return OwnEngine(
+        header=header or HEADER,
+        settings=RunSettings(4, 8, 0, 2, 16, settings.KV_CACHE_BYTES, 128, "both",
+                             settings.TEMPERATURE),
+        correctness=Correctness(8, [1, 5, 11, 12, 9, 10, 19, 29], 16, 8, [], 16),
+        workload_num_output_tokens=[8, 1, 1, 1], policies=policies, timelines=dict(HAND),
+        phases={1: hand_phases(0.070, 23), 2: hand_phases(0.080, 5)},
+        machine=MachineBounds(20e9, 538_000_000, 0.0269, "measured now",
+                              {1: 0.065, 2: 0.072}),
+        linear_choices=LinearChoices([1, 2], 0.9, {
+            "qkv": hand_choice("oneDNN packed", {1: 0.010, 2: 0.012}),
+            "o": hand_choice("W @ x.T", {1: 0.005, 2: 0.006}, fused=False),
+            "gate_up": hand_choice("oneDNN packed", {1: 0.028, 2: 0.031}),
+            "down": hand_choice("oneDNN packed", {1: 0.014, 2: 0.0155}, fused=False),
+            "lm_head": hand_choice("oneDNN packed", {1: 0.011, 2: 0.012}, fused=False)}),
+        vllm=vllm, transformers_static=HFRun(0.5, 11, 22.0) if with_vllm else None,
+        continuous_over_static=cont_over_static, engine_over_vllm=engine_over_vllm)

@@ -52,7 +52,7 @@ from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_12_speculative_decoding"
 DEFAULTS = {"k": [2, 4, 8], "requests": 16, "output": 64}
-QUICK = {"k": [4], "requests": 4, "output": 24}   # --quick: one k, fewer and shorter answers
+QUICK = {"k": [4], "requests": 3, "output": 16}   # --quick: one k, fewer and shorter answers
 NUM_SEQUENTIAL = 2      # the level of one request: this many, one after another
 WINDOW_TOKENS = 120     # tokens of the text each copy prompt asks to repeat
 PAGE_SIZE = 16          # mini_engine's pages and vLLM's blocks (the lab's, settings.BLOCK_SIZE)

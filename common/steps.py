@@ -106,12 +106,12 @@ STEPS: list[Step] = [
     # task 11 starts the lab's server itself, once without chunking and once per budget, and
     # stops it after; --quick: one budget and one shorter document, two server starts
     Step("task_11_chunked_prefill.py", "11", "Chunked prefill",
-         args=("--port", PORT), quick_args=("--budgets", "64", "--chat-output", "24",
-                                            "--long-docs", "1", "--long-tokens", "600",
+         args=("--port", PORT), quick_args=("--budgets", "64", "--chat-output", "16",
+                                            "--long-docs", "1", "--long-tokens", "300",
                                             "--long-output", "8"),
          own_engines=True),
     # task 12 starts the lab's server itself, speculation off then on, and stops it after;
-    # --quick: one k (4), 4 requests of 24 tokens, the same two server starts
+    # --quick: one k (4), 3 requests of 16 tokens, the same two server starts
     Step("task_12_speculative_decoding.py", "12", "Speculative decoding",
          args=("--port", PORT), quick_args=("--quick",), own_engines=True),
 ]

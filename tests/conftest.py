@@ -282,7 +282,7 @@ def pytest_configure(config):
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Which worker runs what, under pytest.ini's --dist loadgroup (xdist deals out whole
     xdist_group's): every test of the lab's run (those that take lab_run, in whichever file)
     is one group, marked real_model and engine, and goes first: it is the longest by far (about
@@ -297,4 +297,19 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.engine)
         elif item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
+        if getattr(config.option, "loadgroup", False):       # on an xdist worker
+            _name_its_group(item)
     items.sort(key=lambda item: item.get_closest_marker("real_model") is None)
+
+
+def _name_its_group(item) -> None:
+    """The test's xdist_group after its id ("...::test_x@the_whole_lab"), which is how xdist's
+    scheduler tells the groups apart. xdist 3.8 writes it into item._nodeid, which pytest 9.2 no
+    longer reads (its ids live in item._id): without this, every test was dealt out on its own,
+    a file's tests and the lab's checks landed on both workers, and the lab ran twice (a fresh
+    clone's make test, 2026-12-01: 10.8 min)."""
+    from _pytest.nodeid import coerce_node_id
+
+    (group,) = {mark.args[0] for mark in item.iter_markers("xdist_group")}
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")

@@ -260,3 +260,12 @@ def test_the_test_import_rule_catches_a_test_importing_another(tmp_path):
         "test_throwaway_2.py": {"test_tasks_6_7"}, "test_throwaway_3.py": {"test_task_11"},
         "test_throwaway_4.py": {"test_task_12"}, "test_throwaway_5.py": {"test_lab"},
         "hand/task_99_throwaway.py": {"test_summary"}}
+
+
+def test_a_test_carries_its_xdist_group(request):
+    """Under pytest.ini's --dist loadgroup, a worker names every test's group after its id
+    (conftest._name_its_group), so xdist keeps a file's tests, and the lab's checks, together.
+    Without it every test is dealt out alone, and the lab runs once per worker."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not on an xdist worker with --dist loadgroup (pytest -n 0)")
+    assert request.node.nodeid.endswith("@test_layout.py"), request.node.nodeid

@@ -270,10 +270,9 @@ def speculating_server(tiny_model, _server_state_in_tmp):
 
 def pytest_configure(config):
     """With pytest -n N (pytest-xdist; pytest.ini asks for 2), each worker and every process it
-    starts get their own share of the cores, as on a smaller machine. On 2 cores (AMD EPYC, AVX2,
-    2026-11-30) the suite took 6.4 min so, 8.9-9.1 min with both workers on both cores (the lab's
-    test: 345 s on a core of its own, 507 s sharing both; why was not measured: two OpenMP thread
-    pools on the same cores is the likely cause), and 10.8-11.9 min in one process."""
+    starts get their own share of the cores, as on a smaller machine: two workers sharing both
+    cores ran the suite slower than one core each (two OpenMP thread pools on the same cores is
+    the likely cause, not measured; the figures are in docs/measurements.md)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")              # gw0, gw1, ...
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))

@@ -1,5 +1,5 @@
 """Task 9's engine, built from scratch: token for token against transformers on the tiny model
-(tests/test_lab.py checks the real one, in task 9's own run), under preemption, the two batching
+(tests/test_task_9.py checks the real one, in the quick lab's run), under preemption, the two batching
 policies on a workload worked out by hand, and task 9 end to end; then mini_engine on its own:
 it imports nothing of the lab, EngineConfig refuses a bad setting by name, building a model runs
 no kernel choice, the profiler changes what is recorded and never a token. Counts and tokens are
@@ -185,7 +185,7 @@ def test_workload_is_seeded_and_fits(tiny):
 
 def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
     """Parts 1, 2 and 3 (part 4, vLLM and transformers on the workload, runs on the real model
-    in tests/test_lab.py)."""
+    in the quick lab: tests/test_task_9.py)."""
     proc = run_script("task_9_build_your_own_engine.py", "--model", tiny_model,
                       "--dtype", "float32", "--requests", "6", "--max-batch", "3",
                       "--mean-output", "6", "--no-vllm", timeout=600)

@@ -40,37 +40,10 @@ summary { cursor: pointer; font-weight: 600; padding: 0.3em 0; }
 """
 
 
-class Section:
-    """One part of the page: a step, or the summary; its record and figures."""
-
-    def __init__(self, name: str, script: str, record: type[results.Result], entries, label: str):
-        self.name, self.script, self.record, self.entries, self.label = (
-            name, script, record, entries, label)
-
-
-def sections() -> list[Section]:
+def sections() -> list[steps.Step]:
     """The lab's steps, in order, then the summary (common/steps.py: each read from its
     script)."""
-    return [Section(s.name, s.script, s.record, s.figures, s.label)
-            for s in [*steps.STEPS, steps.SUMMARY]]
-
-
-def load(parts: list[Section]) -> tuple[dict[str, results.Result], dict[str, str]]:
-    """Every saved result, typed, and the one line of each this lab cannot read: the steps' and
-    the lab's run as the summary loads them (common.steps.load_all), then any other part's (the
-    summary's own)."""
-    res, stale = steps.load_all()
-    for part in parts:
-        if part.name in res or part.name in stale:
-            continue
-        try:
-            record = results.load(part.name, part.record, part.label)
-        except results.StaleResult as e:
-            stale[part.name] = str(e)
-            continue
-        if record is not None:
-            res[part.name] = record
-    return res, stale
+    return [*steps.STEPS, steps.SUMMARY]
 
 
 def report_text(name: str) -> str | None:
@@ -137,20 +110,20 @@ def steps_table(res: dict[str, results.Result], stale: dict[str, str]) -> str:
             f"{body}</table>")
 
 
-def figures_part(parts: list[Section], res: dict[str, results.Result]) -> str:
+def figures_part(parts: list[steps.Step], res: dict[str, results.Result]) -> str:
     """Every figure of every step and of the summary, drawn again from the saved results."""
     out = ['<h2 id="figures">Figures</h2>']
     for part in parts:
         if part.name not in res:
             continue
-        for path, error in figures.draw(part.name, res[part.name], part.entries):
+        for path, error in figures.draw(part.name, res[part.name], part.figures):
             out.append(image(path) if error is None else
                        f'<p class="missing">Figure {html.escape(path.name)} not drawn: '
                        f'{html.escape(error)}</p>')
     return "\n".join(out)
 
 
-def folded_report(part: Section, res: dict[str, results.Result], stale: dict[str, str]) -> str:
+def folded_report(part: steps.Step, res: dict[str, results.Result], stale: dict[str, str]) -> str:
     """A step's boxed report, folded (<details>): its title is the one line shown."""
     text = report_text(part.name)
     title = html.escape(title_of(part.name, text))
@@ -170,8 +143,8 @@ def folded_report(part: Section, res: dict[str, results.Result], stale: dict[str
             + "</details>")
 
 
-def build(parts: list[Section]) -> str:
-    res, stale = load(parts)
+def build(parts: list[steps.Step]) -> str:
+    res, stale = steps.load_all(parts)
     reports = "\n".join(folded_report(p, res, stale) for p in parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -183,7 +156,7 @@ def build(parts: list[Section]) -> str:
             f"</body></html>\n")
 
 
-def write(parts: list[Section] | None = None) -> Path:
+def write(parts: list[steps.Step] | None = None) -> Path:
     """Write results/report.html (figures drawn again from the saved results) and return it."""
     path = settings.results_dir() / PAGE
     path.parent.mkdir(parents=True, exist_ok=True)

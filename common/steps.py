@@ -128,11 +128,13 @@ def by_name() -> dict[str, Step]:
 SUMMARY = Step("summary.py", "-", "Summary of the lab")
 
 
-def load_all() -> tuple[dict[str, results.Result], dict[str, str]]:
-    """Every step's saved result, typed, and the lab's last run; with, for each result this lab
-    cannot read, its one line (run it again)."""
+def load_all(parts: list[Step] | None = None
+             ) -> tuple[dict[str, results.Result], dict[str, str]]:
+    """Every step's saved result (or every part's: the report page adds SUMMARY), typed, and
+    the lab's last run; with, for each result this lab cannot read, its one line (run it
+    again)."""
     res, stale = {}, {}
-    loaders = {step.name: step.load for step in STEPS}
+    loaders = {step.name: step.load for step in (STEPS if parts is None else parts)}
     loaders["lab_run"] = lambda: results.load("lab_run", results.LabRun, "make lab")
     for name, load in loaders.items():
         try:

@@ -62,7 +62,7 @@ def save_hand_results() -> dict[str, results.Result]:
                                                floor),
                              engine_point=summary.engine_point(res, "float32"))
     results.save("summary", record)
-    loaded, stale = html_report.load(html_report.sections())
+    loaded, stale = steps.load_all(html_report.sections())
     assert stale == {}
     return loaded
 
@@ -91,8 +91,8 @@ def test_the_report_page_follows_the_steps_list():
     assert names == [c[0].removesuffix(".py") for c in lab.steps(8000)] + ["summary"]
     # a section with figures for every step that declares some, and for the summary (its
     # roofline), with their suffixes in the script's order (each step's own: its test file)
-    assert {p.name: [suffix for suffix, _ in p.entries]
-            for p in html_report.sections() if p.entries} == {
+    assert {p.name: [suffix for suffix, _ in p.figures]
+            for p in html_report.sections() if p.figures} == {
         step.name: [suffix for suffix, _ in step.figures]
         for step in [*steps.STEPS, steps.SUMMARY] if step.figures}
     assert [suffix for suffix, _ in steps.SUMMARY.figures] == [""]
@@ -111,7 +111,7 @@ def test_every_figure_has_a_title_axes_with_units_and_a_caption():
         if part.name not in res:
             continue   # a step without a saved result here
         r = res[part.name]
-        for suffix, draw in part.entries:
+        for suffix, draw in part.figures:
             fig = draw(r)
             hand.assert_figure_reads_well(fig, r, (part.name, suffix))
             figures.plt().close(fig)
@@ -140,7 +140,7 @@ def test_an_axes_without_labels_fails_the_label_check():
 def figures_of(res: dict[str, results.Result]) -> int:
     """The figures the report page shows for these saved results: every figure of every section
     (a step, or the summary) that has one."""
-    return sum(len(part.entries) for part in html_report.sections() if part.name in res)
+    return sum(len(part.figures) for part in html_report.sections() if part.name in res)
 
 
 def test_report_page_leads_with_the_table_then_figures_then_folded_reports(model_args, capsys):
@@ -161,7 +161,7 @@ def test_report_page_leads_with_the_table_then_figures_then_folded_reports(model
     # and how to run each step without a saved result (task 5: not run yet)
     for name, module in hand.modules().items():
         assert f"<td>{html.escape(module.SUMMARY_ROW)}</td>" in page[table:figs], name
-    loaded, _ = html_report.load(html_report.sections())
+    loaded, _ = steps.load_all(html_report.sections())
     not_run = [step for step in steps.STEPS if step.name not in loaded]
     assert not_run
     for step in not_run:
@@ -204,7 +204,7 @@ def test_report_page_in_a_real_browser(model_args, tmp_path, capsys):
         driver.set_window_size(1000, 1300)
         driver.get(page.as_uri())
         images = driver.find_elements(By.TAG_NAME, "img")
-        assert len(images) == figures_of(html_report.load(html_report.sections())[0])  # 4's too
+        assert len(images) == figures_of(steps.load_all(html_report.sections())[0])  # 4's too
         widths = [driver.execute_script("return arguments[0].complete && "
                                         "arguments[0].naturalWidth", img) for img in images]
         assert all(w and w > 0 for w in widths), widths

@@ -138,19 +138,27 @@ def real_model():
 def tiny_model(tmp_path_factory, real_model) -> str:
     """A 2-layer Llama with random weights and the real tokenizer: the real code paths of
     transformers and vLLM in a few seconds. head_dim 64 is one the vLLM CPU attention supports."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     out = tmp_path_factory.mktemp("tiny-llama")
     tokenizer = AutoTokenizer.from_pretrained(real_model.path)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         head_dim=64, max_position_embeddings=256, tie_word_embeddings=True,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(out)
+    save_tiny_llama(out, len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
     tokenizer.save_pretrained(out)
     return str(out)
+
+
+def save_tiny_llama(out: Path, vocab_size: int, bos_token_id: int, eos_token_id: int) -> None:
+    """The tiny models' one shape (2 layers, hidden 128, 2 heads over 1 KV head of 64, tied
+    embeddings), random weights from seed 0, saved as an HF folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=64, max_position_embeddings=256, tie_word_embeddings=True,
+                         bos_token_id=bos_token_id, eos_token_id=eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
 
 
 # --- the engine tests' model: tiny_model's shape with a small vocabulary -----------------------
@@ -164,16 +172,8 @@ def small_vocab_model(tmp_path_factory) -> str:
     LM head over 49,152 rows is most of a step of tiny_model (5.2 ms a step, 0.72 ms with 1,024
     rows, measured), so the engine tests search as many cases in a fraction of the time. A test
     that needs the real tokenizer keeps tiny_model. A real HF folder: transformers loads it."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     out = tmp_path_factory.mktemp("small-vocab-llama")
-    config = LlamaConfig(vocab_size=SMALL_VOCAB, hidden_size=128, intermediate_size=256,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         head_dim=64, max_position_embeddings=256, tie_word_embeddings=True,
-                         bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(out)
+    save_tiny_llama(out, SMALL_VOCAB, bos_token_id=1, eos_token_id=2)
     return str(out)
 
 

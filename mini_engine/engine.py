@@ -69,6 +69,12 @@ class LLMEngine:
         # write into, so they never write into a page another request may share
         self.kv_cache = self.allocate_kv_cache(self.num_pages + 1)
         self.scratch_slot = self.num_pages * page_size
+        # task 13: the forward with each layer's halves around attention compiled (warm_up)
+        self.compiled = None
+        if config.compile_model:
+            from mini_engine.compiled import CompiledForward   # imports torch's compiler
+            self.compiled = CompiledForward(model)
+        self.forward = self.compiled.forward if self.compiled else model.forward
         self.block_manager = BlockManager(self.num_pages, page_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.sampler = Sampler(eos_ids, config.seed)
@@ -83,6 +89,21 @@ class LLMEngine:
         the same Llama allocates its own and leaves this one's K/V alone."""
         shape = self.model.kv_cache_shape(num_pages, self.config.page_size)
         return [torch.zeros(shape, dtype=self.model.dtype) for _ in self.model.layers]
+
+    def warm_up(self):
+        """compile_model: compile every graph a step can need before the first step, by running
+        a forward of 1 row and one of 2 (mini_engine/compiled.py: one graph for T = 1, one for
+        every T >= 2) into the scratch page, which no request reads. Returns its WarmUp (seconds,
+        graphs made); None without compile_model, where there is nothing to warm."""
+        if self.compiled is None:
+            return None
+        page_size, scratch_page = self.config.page_size, self.num_pages
+        batches = [make_batch([RequestChunk(list(range(n)), 0, [scratch_page] * cdiv(n, page_size),
+                                            self.scratch_slot)],
+                              page_size, self.model.heads_per_kv, self.model.dtype)
+                   for n in (1, 2)]
+        with torch.inference_mode():
+            return self.compiled.warm_up(batches, self.kv_cache)
 
     def add_request(self, prompt_ids: list[int], max_tokens: int, min_tokens: int = 0,
                     temperature: float = 0.0) -> Sequence:
@@ -140,7 +161,10 @@ class LLMEngine:
                                        s.num_cached, s.page_table, num_logits=num_logits))
         batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
                            self.model.dtype)
-        logits = self.model.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
+        if self.compiled and not self.compiled.warm:
+            raise RuntimeError("compile_model: call engine.warm_up() before the first step "
+                               "(a step never compiles)")
+        logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)
         self.profiler.mark("sampled")

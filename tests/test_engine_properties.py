@@ -129,7 +129,10 @@ def engine_settings(draw, page_size: int) -> dict:
             # from the least the config allows (1 at a cap of 1, with chunks) to never binding
             "budget": draw(st.sampled_from([0, 1, 2, 5, 13, ROOMY_BUDGET])
                            .map(lambda extra, least=max_batch if chunking else MAX_MODEL_LEN:
-                                least + extra))}
+                                least + extra)),
+            # task 13: the forward compiled; torch keeps the graphs for the process, so the
+            # search compiles once, at the first case that draws it
+            "compile_model": draw(st.booleans())}
 
 
 @st.composite
@@ -217,7 +220,9 @@ def test_scheduler_invariants(tiny_llama, case):
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
-        max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"]))
+        max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
+        compile_model=case["compile_model"]))
+    eng.warm_up()
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
     bound = step_bound([len(p) for p, _ in case["workload"]], [n for _, n in case["workload"]],
@@ -254,6 +259,7 @@ def test_scheduler_invariants(tiny_llama, case):
              "roomy" if case["budget"] >= ROOMY_BUDGET else "between"))
     event(f"a prefill cut into chunks: {num_short > 0}")
     event(f"preempted: {eng.scheduler.num_preemptions > 0}")
+    event(f"compiled forward: {case['compile_model']}")
     if not case["eos_held_off"]:
         event(f"EOS allowed, a request ended at it before max_tokens: "
               f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")
@@ -396,7 +402,8 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         num_speculative_tokens=case["k"], prompt_lookup_min=case["n"][0],
-        prompt_lookup_max=case["n"][1]))
+        prompt_lookup_max=case["n"][1], compile_model=case["compile_model"]))
+    eng.warm_up()
     proposer = NgramProposer(case["k"], *case["n"])
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"],
                                                                 case["min_tokens"])]
@@ -437,6 +444,7 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
     for why in sorted(reached):
         event(f"guesses cut by {why}")
     event(f"EOS {case['eos']}")
+    event(f"compiled forward: {case['compile_model']}")
     if case["eos"] == "allowed":
         event(f"EOS allowed, a request ended at it before max_tokens: "
               f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")

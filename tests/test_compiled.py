@@ -1,0 +1,122 @@
+"""mini_engine's compiled forward (task 13, mini_engine/compiled.py): the same tokens as the eager
+engine on every path a step takes, every graph made at the warm-up and none in a step, and the
+cases it refuses. torch keeps the graphs for the process, so this file compiles once (the first
+warm-up) and every later engine reuses them; test_engine_properties.py draws compile_model as one
+more setting of its searches on the same terms."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mini_engine import EngineConfig, LLMEngine, Llama
+from mini_engine import compiled as compiled_mod
+
+MAX_MODEL_LEN = 40
+
+# (name, EngineConfig settings, workload): the paths of tasks 9-12, each with a pool, a budget or
+# a k that makes it happen (the asserts below check that it did)
+PATHS = {
+    "preemption": dict(num_pages=10, page_size=4, max_batch=4),
+    "chunks": dict(num_pages=40, page_size=4, max_batch=3, max_num_batched_tokens=7),
+    "static batching": dict(num_pages=40, page_size=4, max_batch=3, policy="static"),
+    "prefix hits": dict(num_pages=40, page_size=4, max_batch=2, enable_prefix_caching=True),
+    "guesses": dict(num_pages=40, page_size=4, max_batch=3, num_speculative_tokens=3),
+}
+SHARED = [7, 8, 9, 10, 11, 12, 13, 14]           # a system prompt of two pages of 4
+WORKLOAD = [(SHARED + [20, 21, 22], 12), (SHARED + [30], 9), ([5, 6, 5, 6, 5, 6, 5], 14),
+            (SHARED + [40, 41, 42, 43, 44, 45, 46, 47, 48], 6), ([99], 16)]
+
+
+def run(model: Llama, compile_model: bool, settings: dict) -> tuple[LLMEngine, list[list[int]]]:
+    settings = dict(settings)
+    num_pages, page_size = settings.pop("num_pages"), settings["page_size"]
+    eng = LLMEngine(model, [], EngineConfig(
+        kv_bytes=num_pages * page_size * model.kv_bytes_per_token, max_model_len=MAX_MODEL_LEN,
+        compile_model=compile_model, **settings))
+    eng.warm_up()
+    seqs = [eng.add_request(prompt, n) for prompt, n in WORKLOAD]
+    eng.run()
+    return eng, [s.output_ids for s in seqs]
+
+
+@pytest.fixture(scope="module")
+def warmed(tiny_llama):
+    """One compiled engine warmed up: the process's compile, measured once."""
+    eng = LLMEngine(tiny_llama, [], EngineConfig(kv_bytes=64 * 16 * tiny_llama.kv_bytes_per_token,
+                                                 compile_model=True))
+    return eng, eng.warm_up()
+
+
+def test_the_warm_up_makes_every_graph_and_a_step_makes_none(warmed, tiny_llama):
+    eng, warm = warmed
+    # two functions, each one graph for T = 1 and one for T >= 2; none if another test of this
+    # process compiled them first (the graphs are the process's)
+    assert warm.graphs in (4, 0) and warm.seconds > 0
+    before = compiled_mod.num_graphs()
+    for name, settings in PATHS.items():
+        run(tiny_llama, True, settings)
+    assert compiled_mod.num_graphs() == before, "a step compiled a graph after the warm-up"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_compiled_engine_gives_the_eager_engines_tokens(warmed, tiny_llama, path):
+    eager, tokens = run(tiny_llama, False, PATHS[path])
+    comp, compiled_tokens = run(tiny_llama, True, PATHS[path])
+    assert compiled_tokens == tokens
+    assert [len(t) for t in tokens] == [n for _, n in WORKLOAD]        # EOS never ends them
+    # the path was taken, in both engines alike
+    assert TOOK[path](eager) and TOOK[path](comp)
+    assert [st.num_rows for st in comp.steps] == [st.num_rows for st in eager.steps]
+
+
+# what shows that a run took its path: a prompt computed in chunks is a row of a step that made
+# no token (num_output_tokens 0) and was not padding
+TOOK = {"preemption": lambda e: e.scheduler.num_preemptions > 0,
+        "chunks": lambda e: any(n == 0 for st in e.steps
+                                for i, n in zip(st.seq_ids, st.num_output_tokens)
+                                if i not in st.padding_ids),
+        "static batching": lambda e: any(st.num_rows > st.num_live for st in e.steps),
+        "prefix hits": lambda e: e.block_manager.num_hit_tokens > 0,
+        "guesses": lambda e: sum(st.num_accepted_tokens for st in e.steps) > 0}
+
+
+def test_a_step_before_the_warm_up_is_refused(warmed, tiny_llama):
+    eng = LLMEngine(tiny_llama, [], EngineConfig(kv_bytes=64 * 16 * tiny_llama.kv_bytes_per_token,
+                                                 compile_model=True))
+    eng.add_request([1, 2, 3], 2)
+    with pytest.raises(RuntimeError, match="warm_up"):
+        eng.step()
+
+
+def test_the_eager_engine_has_nothing_to_warm(tiny_llama):
+    eng = LLMEngine(tiny_llama, [], EngineConfig(kv_bytes=64 * 16 * tiny_llama.kv_bytes_per_token))
+    assert eng.warm_up() is None and eng.compiled is None
+
+
+def test_a_model_whose_kernels_were_chosen_is_refused(small_vocab_model):
+    model = Llama(small_vocab_model)
+    model.choose_kernels([1, 2])    # whatever it chose, even F.linear: the choice was made
+    with pytest.raises(ValueError, match="choose_kernels"):
+        LLMEngine(model, [], EngineConfig(kv_bytes=64 * 16 * model.kv_bytes_per_token,
+                                          compile_model=True))
+
+
+def test_refused_in_one_line_where_torch_compile_is_off(tiny_llama, monkeypatch):
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    with pytest.raises(RuntimeError, match="TORCHDYNAMO_DISABLE"):
+        LLMEngine(tiny_llama, [], EngineConfig(kv_bytes=64 * 16 * tiny_llama.kv_bytes_per_token,
+                                               compile_model=True))
+
+
+def test_refused_in_one_line_without_a_cpp_compiler(tiny_llama, monkeypatch):
+    monkeypatch.setattr(compiled_mod.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="C\\+\\+ compiler"):
+        LLMEngine(tiny_llama, [], EngineConfig(kv_bytes=64 * 16 * tiny_llama.kv_bytes_per_token,
+                                               compile_model=True))
+
+
+def test_compile_model_must_be_a_flag():
+    with pytest.raises(ValueError, match="compile_model must be bool"):
+        EngineConfig(kv_bytes=1 << 20, compile_model=1)
+    assert torch.is_inference_mode_enabled() is False
+

@@ -15,8 +15,8 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
     proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
     model.py          the Llama forward of SmolLM over a paged KV pool per layer (the caller's)
     linear.py         how its linear layers are handed to the matmul library, measured here
-    compiled.py       the forward with each layer's halves around attention compiled
-                      (torch.compile, EngineConfig.compile_model; task 13)
+    compiled.py       the decoder layers as one graph of torch.compile, the products and
+                      attention called in it (EngineConfig.compile_model; task 13)
     sampler.py        the next token: greedy, or temperature with a seeded generator; and
                       the verifier: which guesses the model agrees with
     engine.py         add_request / step / run: schedule, run the model, postprocess; the

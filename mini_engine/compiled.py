@@ -1,81 +1,152 @@
-"""The forward compiled (task 13): torch.compile, with its inductor backend, on what every decoder
-layer does around its attention. EngineConfig.compile_model turns it on; the engine compiles at
-its warm-up (LLMEngine.warm_up) and never in a step.
+"""The forward compiled (task 13): torch.compile, with its inductor backend, on the decoder layers
+of one step, all 30 of them in one graph. EngineConfig.compile_model turns it on; the engine
+compiles at its warm-up (LLMEngine.warm_up) and never in a step.
 
-Where the boundary is, and why. A layer is: RMSNorm, the q/k/v product, RoPE | attention | the
-o product, the residual add, RMSNorm, gate/up, SiLU x up, down, the residual add. The two sides
-of the bar are the same code at every step and in every layer, with one size that changes, the
-step's rows T: they are compiled (layer_in, layer_out). Attention is not. Its inputs are the
-step's page tables and groups: one or two groups, each with its own requests, queries and context
-length (mini_engine/model.py), so a compiled attention would see new shapes in three more
-dimensions and a Python list whose length changes, each a guard that can ask for a new graph;
-and it is where the paged KV cache is written in place. It runs eager, as it does in the eager
-forward, between the two compiled halves. (vLLM draws the same line on a GPU: its compiled graph
-is split at every attention, which runs outside the captured pieces.)
+What is compiled, and what is not. A layer is RMSNorm, the q/k/v product, RoPE, attention, the o
+product, the residual add, RMSNorm, gate/up, SiLU x up, down, the residual add. Inductor fuses the
+pointwise work (the norms, RoPE, SiLU, the adds) into loops of its own, written in C++, and the
+whole stack runs as one call a step, where the eager forward dispatches each of its ~600 small
+operations from Python. Two things inside it stay as they are, as custom ops that the graph calls
+the way it calls a library's kernel (torch.library.custom_op, opaque to inductor):
+- the linear products, through the kernel the model runs (mini_engine/linear.py): the choice made
+  at the warm-up is kept, oneDNN's packed weights included, which inductor could not take as
+  inputs;
+- attention over the paged pool, which writes the pool in place and reads the step's page tables
+  and groups (one or two groups, each with its own requests, queries and context length: shapes
+  that a graph would have to guard on). It reads them from the step's context, set for the call
+  (forward_context), as vLLM's attention op reads its metadata from its forward context.
+This is vLLM's own design: its compiled graph calls attention as a custom op
+(unified_attention_with_output) that reads the step's metadata from get_forward_context().
 
-Shapes. The weights are arguments of the compiled functions, not constants inside them, so one
-graph serves all 30 layers. dynamic=True makes T a symbol: one graph for every T of 2 or more,
-and one for T = 1 (torch specializes sizes 0 and 1), so each function has two graphs, four in all
-for a model. That is vLLM's choice on a CPU too: one compile with the token dimension dynamic. On
-a GPU it then captures CUDA graphs at fixed batch sizes and pads a step up to the next size; a
-CPU has no graphs to capture, so nothing is padded here.
+Shapes. Only the step's rows T change. torch._dynamo.mark_dynamic makes T a symbol: one graph
+for T = 1 (torch specializes sizes 0 and 1) and one for every T >= 2. Everything else is a
+constant of the graph (dynamic=False: with dynamic=True the model's number and shape, ints, would
+become symbols too, and a custom op cannot take a symbol for a number). The weights are not graph
+inputs: a linear op names its model, layer and kind by number, and the norms' weights are
+arguments, so a second engine on the same model runs the same two graphs. vLLM on a CPU also compiles once with the
+token dimension dynamic; on a GPU it then captures CUDA graphs at fixed sizes and pads a step up
+to the next, which a CPU has no use for.
 
 The warm-up (LLMEngine.warm_up) runs a forward at T = 1 and T = 2 into the engine's scratch page,
-so every graph exists before the first step. From then on every call runs under torch's
-"fail_on_recompile" stance: a shape the warm-up missed is an error, not a compile in the middle
-of a run. The graphs are kept by torch per process, keyed by the model's shapes and dtype, so a
-second engine on a model of the same shapes compiles nothing.
+so both graphs exist before the first step. From then on every call runs under torch's
+"fail_on_recompile" stance: a shape the warm-up missed is an error, not a compile in the middle of
+a run.
 
-What changes in the numbers. The matmuls are the same calls (inductor hands F.linear to the same
-library). The pointwise work, RMSNorm's sum and the adds, is fused into loops inductor writes in
-C++, which may add in another order than torch's own kernels: the logits may differ in their last
-bits. The tests hold the tokens to the eager engine's (tests/test_compiled.py).
+What changes in the numbers. The products are the same calls. The fused loops may add and round
+in another order than torch's own kernels, so the logits may differ in their last bits. The tests
+hold the tokens to the eager engine's (tests/test_compiled.py).
 
-Needs: torch.compile enabled in this process (TORCHDYNAMO_DISABLE unset; the lab sets it for
-vLLM only, in the processes that run vLLM) and a C++ compiler for inductor.
+Needs: torch.compile enabled in this process (TORCHDYNAMO_DISABLE unset; the lab sets it only in
+the processes that run vLLM) and a C++ compiler for inductor.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 
-from mini_engine.model import Batch, Llama
+from mini_engine.model import Batch, DecoderLayer, Llama
+from mini_engine.profiler import NoProfiler
 
 if TYPE_CHECKING:
     from mini_engine.profiler import StepProfiler
 
-
-def layer_in(x, norm, qkv_weight, cos, sin_signed, eps: float, heads: int, kv_heads: int):
-    """RMSNorm, the q/k/v product and RoPE of one layer: x (T, C) -> q (T, H, D), k, v (T, KVH,
-    D). The same formulas as Llama.forward."""
-    h = F.rms_norm(x, (x.shape[-1],), norm, eps)
-    qkv = F.linear(h, qkv_weight).unflatten(-1, (heads + 2 * kv_heads, -1))
-    qk = Llama.rope(qkv[:, :heads + kv_heads], cos, sin_signed)
-    return qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:]
+# --- what the compiled graph calls: the model's own kernels and attention ---------------------
+# The models the graphs run, by number (a number, not the model, goes into a graph), and the
+# step's context: its batch and profiler, set around each call of the graph.
+_MODELS: weakref.WeakValueDictionary[int, Llama] = weakref.WeakValueDictionary()
+_STEP = {"batch": None, "profiler": NoProfiler()}
 
 
-def layer_out(x, attn, o_weight, post_norm, gate_up_weight, down_weight, eps: float):
-    """The rest of the layer after attention: x (T, C) and attention's output (T, H*D) -> x."""
-    x = x + F.linear(attn, o_weight)
-    h = F.rms_norm(x, (x.shape[-1],), post_norm, eps)
-    gate, up = F.linear(h, gate_up_weight).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, down_weight)                          # SwiGLU
+def model_number(model: Llama) -> int:
+    """The model's number in _MODELS, given once."""
+    for number, known in _MODELS.items():
+        if known is model:
+            return number
+    number = max(_MODELS, default=-1) + 1
+    _MODELS[number] = model
+    return number
+
+
+@contextlib.contextmanager
+def forward_context(batch: Batch, profiler: StepProfiler | NoProfiler):
+    _STEP.update(batch=batch, profiler=profiler)
+    try:
+        yield
+    finally:
+        _STEP.update(batch=None, profiler=NoProfiler())
+
+
+@torch.library.custom_op("mini_engine::linear", mutates_args=())
+def linear_op(x: torch.Tensor, model: int, layer: int, kind: int) -> torch.Tensor:
+    """x through layer `layer`'s linear of kind DecoderLayer.LINEARS[kind], with its kernel."""
+    run = getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind])
+    return _STEP["profiler"].timed("matmul", run)(x)
+
+
+@linear_op.register_fake
+def _(x, model, layer, kind):
+    weight_rows = sum(getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind]).sizes)
+    return x.new_empty(x.shape[0], weight_rows)
+
+
+@torch.library.custom_op("mini_engine::paged_attention", mutates_args=("pool",))
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: torch.Tensor,
+                 model: int) -> torch.Tensor:
+    """Llama.attention on the step's batch (forward_context): writes k and v into the pool."""
+    m = _MODELS[model]
+    return _STEP["profiler"].timed("attention", m.attention)(q, k, v, _STEP["batch"], pool)
+
+
+@attention_op.register_fake
+def _(q, k, v, pool, model):
+    return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+
+
+QKV, O, GATE_UP, DOWN = range(4)      # DecoderLayer.LINEARS, by number
+
+
+def decoder_layers(x, cos, sin_signed, kv_cache: list, norms: list, model: int, eps: float,
+                   heads: int, kv_heads: int):
+    """Every decoder layer over x (T, C), as Llama.forward computes them; norms: each layer's
+    input and post-attention RMSNorm weights, in turn."""
+    for i, pool in enumerate(kv_cache):
+        h = F.rms_norm(x, (x.shape[-1],), norms[2 * i], eps)
+        qkv = linear_op(h, model, i, QKV).unflatten(-1, (heads + 2 * kv_heads, -1))
+        qk = Llama.rope(qkv[:, :heads + kv_heads], cos, sin_signed)
+        attn = attention_op(qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:], pool, model)
+        x = x + linear_op(attn, model, i, O)
+        h = F.rms_norm(x, (x.shape[-1],), norms[2 * i + 1], eps)
+        gate, up = linear_op(h, model, i, GATE_UP).chunk(2, dim=-1)
+        x = x + linear_op(F.silu(gate) * up, model, i, DOWN)                     # SwiGLU
+    return x
+
+
+# Graphs torch may keep for decoder_layers, all models of the process together: 2 a model (T = 1
+# and T >= 2), 4 where an engine's page size is 1 (a dimension of 1 is specialized too). Past it,
+# torch would run the function eager with a warning; here it is an error instead (forward).
+RECOMPILE_LIMIT = 32
 
 
 @functools.cache
-def compiled_halves() -> tuple[Callable, Callable]:
-    """layer_in and layer_out compiled, once per process (torch keeps the graphs with them): every
-    CompiledForward shares them, whatever engine or model of the same shapes it runs. Made on
-    first use, once why_not_compiled has found nothing against it: torch.compile reads
-    TORCHDYNAMO_DISABLE when it is called, and with it set returns the function as it was."""
-    return torch.compile(layer_in, dynamic=True), torch.compile(layer_out, dynamic=True)
+def compiled_layers(model: int, eps: float, heads: int, kv_heads: int) -> Callable:
+    """decoder_layers of one model compiled, made once per process (torch keeps its graphs with
+    the function). The model's number and shape are constants of the graph, closed over; the
+    rows T are marked dynamic at each call (CompiledForward.forward). Made on first use, once why_not_compiled has found nothing
+    against it: torch.compile reads TORCHDYNAMO_DISABLE when it is called, and with it set
+    returns the function as it was."""
+    def layers(x, cos, sin_signed, kv_cache, norms):
+        return decoder_layers(x, cos, sin_signed, kv_cache, norms, model, eps, heads, kv_heads)
+    return torch.compile(layers, dynamic=False, recompile_limit=RECOMPILE_LIMIT)
 
 
 def num_graphs() -> int:
@@ -94,16 +165,6 @@ def why_not_compiled() -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class LayerWeights:
-    input_norm: torch.Tensor
-    qkv: torch.Tensor
-    o: torch.Tensor
-    post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
-
-
 @dataclass
 class WarmUp:
     """What the warm-up cost: seconds of its forwards (compiling included) and the graphs made."""
@@ -112,51 +173,44 @@ class WarmUp:
 
 
 class CompiledForward:
-    """Llama.forward with each layer's two halves around attention compiled (layer_in,
-    layer_out). The model's weights are read, not copied, where its linear layers keep them as
-    one tensor each (the F.linear kernel, fused q/k/v and gate/up: how Llama loads them);
-    choose_kernels' oneDNN layout cannot be handed to torch.compile, so a model whose kernels
-    were chosen is refused: the compiled forward is the other answer to the same question."""
+    """Llama.forward with its decoder layers compiled into one graph (decoder_layers). The
+    embedding, the final norm and the LM head, over the rows whose logits are wanted, run as in
+    the eager forward."""
 
     def __init__(self, model: Llama):
         why = why_not_compiled()
         if why:
             raise RuntimeError(f"compile_model: {why}")
-        if model.linear_choices:
-            raise ValueError("compile_model: this model's linear kernels were chosen "
-                             "(choose_kernels); load it again without choosing to compile it")
-        self.model = model
-        self.layers = [LayerWeights(layer.input_norm, layer.qkv.weight(), layer.o.weight(),
-                                    layer.post_norm, layer.gate_up.weight(), layer.down.weight())
-                       for layer in model.layers]
+        self.model, self.number = model, model_number(model)
+        self.norms = [w for layer in model.layers for w in (layer.input_norm, layer.post_norm)]
         self.warm = False
 
     def forward(self, batch: Batch, kv_cache: list[torch.Tensor],
                 profiler: StepProfiler | None = None) -> torch.Tensor:
         """Logits (S, V), as Llama.forward. After the warm-up no call compiles: a graph it would
-        need is an error (torch's fail_on_recompile). A profiler times the attention; the
-        compiled halves, matmuls inside, count as the rest of the forward."""
-        stance = "fail_on_recompile" if self.warm else "default"
-        with torch.compiler.set_stance(stance):
-            return self._forward(batch, kv_cache, profiler)
-
-    def _forward(self, batch: Batch, kv_cache: list[torch.Tensor],
-                 profiler: StepProfiler | None) -> torch.Tensor:
+        need is an error (torch's fail_on_recompile). A profiler times the products and the
+        attention inside the graph (the custom ops time themselves); the rest of the graph, the
+        fused pointwise work, is the rest of the forward."""
         m = self.model
-        attention = m.attention if profiler is None else profiler.timed("attention", m.attention)
-        first, then = compiled_halves()
         x = m.embed[batch.input_ids]                                                  # (T, C)
         cos = m.cos[batch.positions][:, None]
         sin = m.sin_signed[batch.positions][:, None]
-        for w, pool in zip(self.layers, kv_cache, strict=True):
-            q, k, v = first(x, w.input_norm, w.qkv, cos, sin, m.eps, m.num_heads,
-                            m.num_kv_heads)
-            x = then(x, attention(q, k, v, batch, pool), w.o, w.post_norm, w.gate_up, w.down,
-                     m.eps)
+        stance = "fail_on_recompile" if self.warm else "default"
+        with (torch.compiler.set_stance(stance),
+              torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
+              forward_context(batch, profiler or NoProfiler())):
+            layers = compiled_layers(self.number, m.eps, m.num_heads, m.num_kv_heads)
+            for t in (x, cos, sin):
+                torch._dynamo.maybe_mark_dynamic(t, 0)          # the rows T
+            for pool in kv_cache:                               # pages and page size: the
+                torch._dynamo.maybe_mark_dynamic(pool, 0)       # engine's, not the graph's
+                torch._dynamo.maybe_mark_dynamic(pool, 1)
+            x = layers(x, cos, sin, kv_cache, self.norms)
         if not len(batch.logit_rows):
             return torch.empty(0, m.shape.vocab_size)
         x = m.rms_norm(x[batch.logit_rows], m.final_norm)
-        return m.lm_head(x).float()
+        lm_head = m.lm_head if profiler is None else profiler.timed("matmul", m.lm_head)
+        return lm_head(x).float()
 
     def warm_up(self, batches: list[Batch], kv_cache: list[torch.Tensor]) -> WarmUp:
         """Run these batches (the engine's: rows that write only its scratch page), compiling

@@ -8,8 +8,7 @@ STAMP := $(VENV)/.lab-setup-done
 UV := $(VENV)/bin/uv
 UV_VERSION := 0.13.9
 
-.PHONY: setup lab summary report dashboard test model stop bench bench-server bench-compile \
-	browser clean
+.PHONY: setup lab summary report dashboard test model stop bench bench-server browser clean
 
 setup: $(STAMP)
 
@@ -76,11 +75,6 @@ bench: setup
 # (benchmarks/server_configs.py; about 10 minutes on 2 cores): results/server_configs.json.
 bench-server: setup
 	$(PY) benchmarks/server_configs.py
-
-# mini_engine eager against mini_engine compiled (torch.compile): warm-up, a decode step at batch 1
-# and 16, tokens/s and tokens on task 9's workload (benchmarks/compiled_step.py; about 2 minutes).
-bench-compile: setup
-	$(PY) benchmarks/compiled_step.py
 
 # Task 8's browser test needs Debian's chromium and its matching chromedriver.
 browser:

@@ -114,6 +114,10 @@ STEPS: list[Step] = [
     # --quick: one k (4), 3 requests of 16 tokens, the same two server starts
     Step("task_12_speculative_decoding.py", "12", "Speculative decoding",
          args=("--port", PORT), quick_args=("--quick",), own_engines=True),
+    # task 13 runs vLLM in processes of its own, eager then compiled; --quick: smaller
+    # workloads, both compiles (mini_engine's and vLLM's) still run
+    Step("task_13_compiled_step.py", "13", "Compiled step", "enforce_eager=True",
+         quick_args=("--quick",), own_engines=True),
 ]
 
 

@@ -18,17 +18,18 @@ the way it calls a library's kernel (torch.library.custom_op, opaque to inductor
 This is vLLM's own design: its compiled graph calls attention as a custom op
 (unified_attention_with_output) that reads the step's metadata from get_forward_context().
 
-Shapes. Only the step's rows T change. torch._dynamo.mark_dynamic makes T a symbol: one graph
-for T = 1 (torch specializes sizes 0 and 1) and one for every T >= 2. Everything else is a
-constant of the graph (dynamic=False: with dynamic=True the model's number and shape, ints, would
-become symbols too, and a custom op cannot take a symbol for a number). The weights are not graph
-inputs: a linear op names its model, layer and kind by number, and the norms' weights are
-arguments, so a second engine on the same model runs the same two graphs. vLLM on a CPU also compiles once with the
-token dimension dynamic; on a GPU it then captures CUDA graphs at fixed sizes and pads a step up
-to the next, which a CPU has no use for.
+Shapes. Only the step's rows T change. torch._dynamo.maybe_mark_dynamic makes T a symbol, and a
+step of one row runs as two (torch specializes a size of 1 into a graph of its own), so one graph
+serves every step and the warm-up compiles once. Everything else is a constant of the graph
+(dynamic=False: with dynamic=True the model's number and shape, ints, would become symbols too,
+and a custom op cannot take a symbol for a number). The weights are not graph inputs: a linear op
+names its model, layer and kind by number, and the norms' weights are arguments, so a second
+engine on the same model runs the same graph. vLLM on a CPU also compiles once with the token
+dimension dynamic; on a GPU it then captures CUDA graphs at fixed batch sizes and pads a step up
+to the next size; the padding of one row to two here is the same idea at its smallest.
 
 The warm-up (LLMEngine.warm_up) runs a forward at T = 1 and T = 2 into the engine's scratch page,
-so both graphs exist before the first step. From then on every call runs under torch's
+so the graph exists before the first step. From then on every call runs under torch's
 "fail_on_recompile" stance: a shape the warm-up missed is an error, not a compile in the middle of
 a run.
 
@@ -103,8 +104,10 @@ def _(x, model, layer, kind):
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: torch.Tensor,
                  model: int) -> torch.Tensor:
     """Llama.attention on the step's batch (forward_context): writes k and v into the pool."""
-    m = _MODELS[model]
-    return _STEP["profiler"].timed("attention", m.attention)(q, k, v, _STEP["batch"], pool)
+    m, batch = _MODELS[model], _STEP["batch"]
+    n = batch.num_rows            # q has one row more where the step had one (CompiledForward)
+    out = _STEP["profiler"].timed("attention", m.attention)(q[:n], k[:n], v[:n], batch, pool)
+    return out if n == q.shape[0] else torch.cat([out, out.new_zeros(q.shape[0] - n, out.shape[1])])
 
 
 @attention_op.register_fake
@@ -131,8 +134,8 @@ def decoder_layers(x, cos, sin_signed, kv_cache: list, norms: list, model: int, 
     return x
 
 
-# Graphs torch may keep for decoder_layers, all models of the process together: 2 a model (T = 1
-# and T >= 2), 4 where an engine's page size is 1 (a dimension of 1 is specialized too). Past it,
+# Graphs torch may keep for decoder_layers, all models of the process together: 1 a model, 2
+# where an engine's page size is 1 (a dimension of 1 is specialized too). Past it,
 # torch would run the function eager with a warning; here it is an error instead (forward).
 RECOMPILE_LIMIT = 32
 
@@ -141,9 +144,9 @@ RECOMPILE_LIMIT = 32
 def compiled_layers(model: int, eps: float, heads: int, kv_heads: int) -> Callable:
     """decoder_layers of one model compiled, made once per process (torch keeps its graphs with
     the function). The model's number and shape are constants of the graph, closed over; the
-    rows T are marked dynamic at each call (CompiledForward.forward). Made on first use, once why_not_compiled has found nothing
-    against it: torch.compile reads TORCHDYNAMO_DISABLE when it is called, and with it set
-    returns the function as it was."""
+    rows T are marked dynamic at each call (CompiledForward.forward). Made on first use, once
+    why_not_compiled has found nothing against it: torch.compile reads TORCHDYNAMO_DISABLE when
+    it is called, and with it set returns the function as it was."""
     def layers(x, cos, sin_signed, kv_cache, norms):
         return decoder_layers(x, cos, sin_signed, kv_cache, norms, model, eps, heads, kv_heads)
     return torch.compile(layers, dynamic=False, recompile_limit=RECOMPILE_LIMIT)
@@ -192,9 +195,13 @@ class CompiledForward:
         attention inside the graph (the custom ops time themselves); the rest of the graph, the
         fused pointwise work, is the rest of the forward."""
         m = self.model
-        x = m.embed[batch.input_ids]                                                  # (T, C)
-        cos = m.cos[batch.positions][:, None]
-        sin = m.sin_signed[batch.positions][:, None]
+        # a step of one row runs as two (the second a copy, its attention and K/V left out), so
+        # that one graph, compiled for T >= 2, serves every step: torch would specialize T = 1
+        rows = batch.input_ids if batch.num_rows > 1 else batch.input_ids.repeat(2)
+        positions = batch.positions if batch.num_rows > 1 else batch.positions.repeat(2)
+        x = m.embed[rows]                                                             # (T, C)
+        cos = m.cos[positions][:, None]
+        sin = m.sin_signed[positions][:, None]
         stance = "fail_on_recompile" if self.warm else "default"
         with (torch.compiler.set_stance(stance),
               torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),

@@ -91,10 +91,10 @@ class LLMEngine:
         return [torch.zeros(shape, dtype=self.model.dtype) for _ in self.model.layers]
 
     def warm_up(self):
-        """compile_model: compile every graph a step can need before the first step, by running
-        a forward of 1 row and one of 2 (mini_engine/compiled.py: one graph for T = 1, one for
-        every T >= 2) into the scratch page, which no request reads. Returns its WarmUp (seconds,
-        graphs made); None without compile_model, where there is nothing to warm."""
+        """compile_model: compile the graph every step runs before the first step, by running a
+        forward of 1 row and one of 2 (mini_engine/compiled.py: one row runs as two, so both are
+        the graph for T >= 2) into the scratch page, which no request reads. Returns its WarmUp
+        (seconds, graphs made); None without compile_model, where there is nothing to warm."""
         if self.compiled is None:
             return None
         page_size, scratch_page = self.config.page_size, self.num_pages

@@ -9,3 +9,5 @@ Read in this order:
     report.py                    the printing and the KEY INSIGHT lines
     figure.py                    the tokens of each step and the chats' stalls
 """
+
+OWN_PARTS = ("load",)   # besides the roles (tests/test_layout.py)

@@ -5,3 +5,5 @@ KV cache and latency as the server works, and with --once one boxed snapshot. Re
     monitor.py            the Monitor that polls /metrics and sends a load, the page over it
     report.py             the printing: the header, the interval, the load, where the page is
 """
+
+OWN_PARTS = ("monitor",)   # besides the roles (tests/test_layout.py)

@@ -8,3 +8,5 @@ Read in this order:
     report.py                         the printing and the insight lines
     figure.py                         the batching timeline and the step's phases
 """
+
+OWN_PARTS = ("profile",)   # besides the roles (tests/test_layout.py)

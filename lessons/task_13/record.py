@@ -1,0 +1,87 @@
+"""Task 13's record: what it measured, saved as results/task_13_compiled_step.json and read back
+by the summary, the figure and the report page."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common import results
+from lessons.task_9.record import MachineBounds, Phases
+
+
+@dataclass
+class Settings(results.Record):
+    requests: int                 # task 9's workload: requests, all arriving at once
+    mean_output: int              # their mean output length (exponential, seed 0)
+    max_batch: int                # the cap, and the batch of the step at the cap
+    kv_cache_bytes: int
+    page_size: int
+    vllm_requests: int            # part 3: requests at once (its second level; the first is 1)
+    vllm_tokens: int              # part 3: tokens an answer (EOS held off)
+
+
+@dataclass
+class EngineMode(results.Record):
+    """mini_engine one way: eager (the kernels chosen) or compiled (the same kernels, the decoder
+    layers one graph of torch.compile)."""
+    warm_up_s: float              # choosing the kernels, and compiling where it does
+    warm_up_added_bytes: int      # RSS the warm-up added (its first engine's KV pool included)
+    num_graphs: int               # graphs torch.compile made (0: eager)
+    phases: dict[int, Phases]     # batch (1 and the cap) -> a decode step's phases
+    tokens_per_s: float           # task 9's workload, continuous batching
+    num_tokens: int
+    duration_s: float
+
+
+@dataclass
+class VllmMode(results.Record):
+    """vLLM offline in a fresh process, one way (lessons/task_13/vllm_run.py)."""
+    enforce_eager: bool           # True: the source's (and TORCHDYNAMO_DISABLE=1); False: -O2
+    startup_s: float              # LLM(...) until it returns: load, profile, compile, warm-up
+    peak_pss_bytes: int           # the process's PSS, sampled while it ran
+    one_tokens_per_s: float       # one request (the best of two)
+    batch_tokens_per_s: float     # settings.vllm_requests at once
+    texts: list[str]              # the greedy answers of the batch
+
+
+@dataclass
+class CompiledStep(results.Result):
+    settings: Settings
+    machine: MachineBounds        # one read of the weights; the matmuls alone (kernel floor)
+    eager: EngineMode
+    compiled: EngineMode | None = None     # None: not compiled here (compile_skipped says why)
+    compile_skipped: str | None = None
+    num_identical: int = 0                 # task 9's requests with the same greedy tokens
+    num_requests: int = 0
+    vllm: dict[str, VllmMode] | None = None   # "eager", "compiled"; None: --no-vllm
+    vllm_skipped: str | None = None           # why a vLLM mode did not run, where one did not
+
+    @property
+    def cap(self) -> int:
+        return max(self.eager.phases)
+
+    def step_ratio(self, batch: int) -> float | None:
+        """The compiled decode step's time over the eager one's at this batch."""
+        if self.compiled is None:
+            return None
+        return self.compiled.phases[batch].step_s / self.eager.phases[batch].step_s
+
+    @property
+    def speedup(self) -> float | None:
+        """mini_engine compiled over eager, tokens/s on task 9's workload."""
+        return self.compiled.tokens_per_s / self.eager.tokens_per_s if self.compiled else None
+
+    @property
+    def vllm_speedup(self) -> float | None:
+        """vLLM compiled over eager, tokens/s with its requests at once."""
+        if not self.vllm or len(self.vllm) < 2:
+            return None
+        return self.vllm["compiled"].batch_tokens_per_s / self.vllm["eager"].batch_tokens_per_s
+
+
+def summary_row(r: CompiledStep) -> str:
+    """The summary's cell: what compiling bought each engine, in tokens/s."""
+    parts = [f"mini_engine {r.speedup:.2f}x" if r.speedup else "mini_engine not compiled"]
+    if r.vllm_speedup:
+        mem = (r.vllm["compiled"].peak_pss_bytes - r.vllm["eager"].peak_pss_bytes) / 1e9
+        parts.append(f"vLLM {r.vllm_speedup:.2f}x ({mem:+.2f} GB)")
+    return ", ".join(parts)

@@ -1,0 +1,149 @@
+"""Task 13's printing: the header, the three parts and the KEY INSIGHT lines, each chosen from the
+figures of the record (lessons/task_13/record.py)."""
+from __future__ import annotations
+
+from common import report
+from lessons.task_13.record import CompiledStep
+from mini_engine import PHASES
+
+GB = 1e9
+LABELS = {"matmul": "matmuls", "attention": "attention", "forward_other": "rest of forward",
+          "sampling": "sampling", "scheduling": "scheduling"}
+LABEL_WIDTH = 17
+
+
+def print_header(model, dtype, threads: int, s) -> None:
+    report.title("Task 13: the step itself - what compiling the model buys")
+    report.run_info(model, dtype, threads)
+    report.row("mini_engine", f"task 9's workload: {s.requests} requests, mean output "
+               f"{s.mean_output}, greedy; cap {s.max_batch}, pages of {s.page_size}, "
+               f"{s.kv_cache_bytes:,} B of KV")
+    report.row("  compiled", "EngineConfig.compile_model: the decoder layers one graph of "
+               "torch.compile (inductor), the products and attention called in it; the same "
+               "kernels chosen at batch 1 and the cap")
+    report.row("vLLM", f"offline, a fresh process each way; 1 request, then {s.vllm_requests} "
+               f"at once, {s.vllm_tokens} tokens each, greedy, EOS held off")
+
+
+def phases_table(r: CompiledStep) -> None:
+    modes = [("eager", r.eager)] + ([("compiled", r.compiled)] if r.compiled else [])
+    columns = [(batch, name, mode.phases[batch]) for batch in sorted(r.eager.phases)
+               for name, mode in modes]
+    width = (65 - LABEL_WIDTH) // len(columns)
+    report.table(["ms", *(f"{name} {batch}" for batch, name, _ in columns)],
+                 [*((LABELS[p], *(f"{1000 * ph.by_phase()[p]:.1f}" for _, _, ph in columns))
+                    for p in PHASES),
+                  ("whole step", *(f"{1000 * ph.step_s:.1f}" for _, _, ph in columns)),
+                  ("matmuls alone", *(f"{1000 * r.machine.kernel_floor_s[b]:.1f}"
+                                      for b, _, _ in columns)),
+                  ("weights read", *(f"{1000 * r.machine.weight_read_s:.1f}" for _ in columns))],
+                 [LABEL_WIDTH] + [width] * len(columns))
+    report.note(f"Decode steps only, each batch's mean. Floors: the weights "
+                f"({r.machine.weight_bytes / 1e6:,.0f} MB) read once at "
+                f"{r.machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({r.machine.bandwidth_from}); the "
+                "matmuls timed alone through F.linear. Compiled, the matmuls and attention are "
+                "custom ops in the graph and time themselves; the rest is inductor's fused loops")
+
+
+def print_engine(r: CompiledStep) -> None:
+    report.section("1-2. MINI_ENGINE: WHERE A DECODE STEP GOES, EAGER AND COMPILED")
+    phases_table(r)
+    report.section("THE COST AND THE GAIN")
+    rows = [("eager", r.eager)] + ([("compiled", r.compiled)] if r.compiled else [])
+    report.table(["", "warm-up s", "graphs", "RSS added MB", "tokens/s"],
+                 [(name, f"{m.warm_up_s:.1f}", m.num_graphs, f"{m.warm_up_added_bytes / 2**20:.0f}",
+                   f"{m.tokens_per_s:.1f}") for name, m in rows], [13, 12, 9, 16, 15])
+    report.note("Warm-up: the kernel choice, the compile where there is one, and a first engine "
+                "(its KV pool included). After it no step compiled: a graph it would have needed "
+                "is an error (mini_engine/compiled.py).")
+    if r.compiled is None:
+        report.row("Compiled", f"not measured: {r.compile_skipped}")
+        return
+    report.row("Tokens/s, compiled", f"{r.speedup:.2f}x eager")
+    report.row("Step at the cap", f"{r.step_ratio(r.cap):.2f}x eager (batch 1: "
+               f"{r.step_ratio(1):.2f}x)")
+    report.row("Greedy tokens", f"{r.num_identical} of {r.num_requests} requests identical "
+               f"in {r.header.dtype} (fp32: tests/test_compiled.py)")
+
+
+def print_vllm(r: CompiledStep) -> None:
+    report.section("3. VLLM: THE SOURCE'S enforce_eager=True AGAINST COMPILED")
+    if not r.vllm:
+        report.note(f"Not measured: {r.vllm_skipped or '--no-vllm'}.")
+        return
+    s = r.settings
+    report.table(["", "start-up s", "peak PSS GB", "1 req tok/s", f"{s.vllm_requests} tok/s"],
+                 [(name, f"{m.startup_s:.1f}", f"{m.peak_pss_bytes / GB:.2f}",
+                   f"{m.one_tokens_per_s:.1f}", f"{m.batch_tokens_per_s:.1f}")
+                  for name, m in r.vllm.items()], [10, 13, 14, 14, 14])
+    if len(r.vllm) < 2:
+        report.note(f"Not measured: {r.vllm_skipped}.")
+        return
+    eager, comp = r.vllm["eager"], r.vllm["compiled"]
+    same = sum(a == b for a, b in zip(eager.texts, comp.texts))
+    report.row("Compiled over eager", f"{comp.one_tokens_per_s / eager.one_tokens_per_s:.2f}x "
+               f"at 1, {r.vllm_speedup:.2f}x at {s.vllm_requests}")
+    report.row("Greedy text", f"{same} of {len(eager.texts)} answers the same")
+
+
+VM_BYTES = 4 * GB      # the source's VM
+
+
+def engine_lines(r: CompiledStep) -> list[str]:
+    """What compiling changed in mini_engine's step at the cap, and what its step is left with."""
+    cap, e, c = r.cap, r.eager.phases[r.cap], r.compiled.phases[r.cap]
+    before, after = 1000 * e.forward_other_s, 1000 * c.forward_other_s
+    verb = "cut" if after < before else "did not shorten"
+    lines = [f"Compiling mini_engine's layers {verb} the rest of its step (the norms, RoPE, SiLU, "
+             f"the adds) at batch {cap}: {before:.1f} -> {after:.1f} ms, while its matmuls, the "
+             f"same calls, took {1000 * e.matmul_s:.1f} -> {1000 * c.matmul_s:.1f} ms; the step "
+             f"{r.step_ratio(cap):.2f}x, tokens/s {r.speedup:.2f}x, for "
+             f"{r.compiled.warm_up_s:.0f} s of warm-up"]
+    parts = {"the matmuls": c.matmul_s, "attention": c.attention_s,
+             "the rest of the forward": c.forward_other_s,
+             "sampling and scheduling": c.sampling_s + c.scheduling_s}
+    biggest = max(parts, key=parts.get)
+    line = (f"What is left is mostly {biggest}: {100 * parts[biggest] / c.step_s:.0f}% of the "
+            "compiled step")
+    if biggest == "the matmuls":
+        line += (f", {c.matmul_s / r.machine.weight_read_s:.1f}x one read of the weights. "
+                 "Compiling calls the same products, so it does not take the step below them")
+    return lines + [line]
+
+
+def vllm_lines(r: CompiledStep) -> list[str]:
+    """What compiling cost vLLM and bought it, and the source's choice weighed in its own terms:
+    the share of a 4 GB VM it saved against the share of speed it gave up."""
+    eager, comp = r.vllm["eager"], r.vllm["compiled"]
+    mem = (comp.peak_pss_bytes - eager.peak_pss_bytes) / GB
+    start = comp.startup_s - eager.startup_s
+    gain = r.vllm_speedup - 1
+    same = sum(a == b for a, b in zip(eager.texts, comp.texts))
+    text = ("the same greedy text" if same == len(eager.texts) else
+            f"{len(eager.texts) - same} of {len(eager.texts)} greedy answers changed")
+    lines = [f"vLLM compiled: {r.vllm_speedup:.2f}x tokens/s at {r.settings.vllm_requests} "
+             f"requests, for {mem:+.2f} GB of memory and {start:+.0f} s of start-up; {text}"]
+    share = mem * GB / VM_BYTES
+    if gain > share:
+        lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
+                     f"and gave up {100 * gain:.0f}% of the speed: on this machine it was the "
+                     f"wrong trade, unless {start:.0f} s a start matters more")
+    else:
+        lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
+                     f"and {start:.0f} s a start, and gave up {100 * gain:.0f}% of the speed: on "
+                     "this machine it was the right trade")
+    return lines
+
+
+def insight(r: CompiledStep) -> list[str]:
+    lines = (engine_lines(r) if r.compiled
+             else [f"mini_engine was not compiled here: {r.compile_skipped}"])
+    if r.vllm and len(r.vllm) == 2:
+        lines += vllm_lines(r)
+    return lines
+
+
+def print_report(r: CompiledStep) -> None:
+    print_engine(r)
+    print_vllm(r)
+    report.insight(insight(r))

@@ -1,0 +1,246 @@
+"""Task 13: The step itself - what compiling the model buys, in mini_engine and in vLLM.
+
+Tasks 9-12 rebuilt vLLM's memory manager and scheduler. This task looks inside the step: the
+model's forward. A decode step reads every weight once and multiplies it by a few rows; around
+those products run many small operations (RMSNorm, RoPE, SiLU, the residual adds), each dispatched
+from Python, 30 layers deep. That is what a compiler fuses, and what vLLM compiles by default on
+a CPU (torch.compile with inductor). The source turned it off (enforce_eager=True,
+TORCHDYNAMO_DISABLE=1) to save memory on its 4 GB VM, and the lab copied it: this task measures
+what that choice cost. It prints three parts:
+1. Where a decode step of mini_engine goes, eager: the matmuls, attention and the rest, at batch
+   1 and at the cap, against two floors (one read of the weights; the matmuls timed alone).
+2. The same engine compiled (EngineConfig.compile_model, mini_engine/compiled.py): the same
+   table, the compile's time, graphs and memory, tokens/s on task 9's workload, and whether the
+   greedy tokens changed.
+3. vLLM offline, the source's enforce_eager=True against its default compilation, each in a fresh
+   process: start-up, peak memory (PSS), tokens/s at 1 request and at many, the greedy text.
+
+This file sets up and measures, then prints; beside it in lessons/task_13/: part 3's fresh
+process (vllm_run.py), the record and the summary's row (record.py), the printing and the
+insights (report.py), the figure (figure.py).
+
+    python task_13_compiled_step.py [--requests 48] [--mean-output 10] [--max-batch 16]
+        [--vllm-requests 16] [--vllm-tokens 64] [--vllm-modes eager,compiled] [--quick]
+        [--no-vllm] [--model M] [--dtype auto|bfloat16|float32]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from common import cli, figures, memory, report, results, settings
+from lessons.task_13.figure import draw_step
+from lessons.task_13.record import CompiledStep, EngineMode, Settings, VllmMode, summary_row
+from lessons.task_13.report import print_header, print_report
+from lessons.task_9 import profile
+from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
+from mini_engine.engine import eos_token_ids
+
+SCRIPT = "task_13_compiled_step"
+VLLM_MODES = ("eager", "compiled")
+DEFAULTS = {"requests": 48, "mean_output": 10, "vllm_requests": 16, "vllm_tokens": 64,
+            "vllm_modes": list(VLLM_MODES)}
+# --quick leaves out vLLM compiled: its start alone, compiling with a cold cache, took 75 s on
+# one core (docs/measurements.md), and the check --quick makes runs its code path eager already
+QUICK = {"requests": 8, "mean_output": 8, "vllm_requests": 4, "vllm_tokens": 16,
+         "vllm_modes": ["eager"]}
+PAGE_SIZE = 16
+VLLM_TIMEOUT_S = 600    # a compiled start took 65-82 s on 2 cores (SPEC.md); one core, longer
+
+RECORD = CompiledStep                  # what the lab reads results/<SCRIPT>.json back into
+FIGURES = (("", draw_step),)           # results/task_13_compiled_step.png
+__all__ = ["RECORD", "FIGURES", "summary_row", "main"]
+
+
+def vllm_modes(text: str) -> list[str]:
+    """'eager,compiled' -> the modes, each once, in VLLM_MODES' order."""
+    modes = [m.strip() for m in text.split(",")]
+    unknown = [m for m in modes if m not in VLLM_MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"{text!r}: give eager, compiled or both")
+    return [m for m in VLLM_MODES if m in modes]
+
+
+def parse_args(argv: list[str] | None):
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_argument_group("workload")
+    group.add_argument("--requests", type=cli.positive_int, default=None,
+                       help=f"task 9's workload: requests (default {DEFAULTS['requests']})")
+    group.add_argument("--mean-output", type=cli.positive_int, default=None,
+                       help=f"their mean output length (default {DEFAULTS['mean_output']})")
+    group.add_argument("--max-batch", type=cli.positive_int, default=16,
+                       help="the batch cap, and the batch of part 1's step at the cap (default 16)")
+    group.add_argument("--vllm-requests", type=cli.positive_int, default=None,
+                       help=f"part 3: requests at once (default {DEFAULTS['vllm_requests']})")
+    group.add_argument("--vllm-tokens", type=cli.positive_int, default=None,
+                       help=f"part 3: tokens an answer (default {DEFAULTS['vllm_tokens']})")
+    group.add_argument("--vllm-modes", type=vllm_modes, default=None,
+                       help="part 3: which of eager,compiled to run (default both)")
+    group.add_argument("--quick", action="store_true",
+                       help="a smaller run: --requests 8 --mean-output 8 --vllm-requests 4 "
+                            "--vllm-tokens 16 --vllm-modes eager (flags given win); mini_engine "
+                            "still compiles")
+    group.add_argument("--no-vllm", action="store_true", help="skip part 3 (vLLM)")
+    cli.add_model_args(parser)
+    args = parser.parse_args(argv)
+    for name, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.vllm_tokens + 13 > settings.MAX_MODEL_LEN:      # the lab's prompts: at most 13 tokens
+        parser.error(f"--vllm-tokens {args.vllm_tokens}: a prompt and its answer must fit "
+                     f"max_model_len {settings.MAX_MODEL_LEN}")
+    return args
+
+
+# --- parts 1-2: mini_engine, eager then compiled ------------------------------------------------
+def rss_bytes() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def load(path: str, dtype: str, args, compiled: bool):
+    """The model with its kernels chosen at 1 and the cap (both ways: the compiled graph calls
+    them), a factory of its engines, and the warm-up's cost (the kernel choice, the compile where
+    there is one, a first engine): (seconds, RSS added, graphs made)."""
+    model, eos = Llama(path, dtype), eos_token_ids(path)
+    before, start = rss_bytes(), time.perf_counter()
+    model.choose_kernels((1, args.max_batch))
+
+    def new_engine() -> LLMEngine:
+        """An engine, warmed up: the first compiles; the next ones find the process's graphs."""
+        eng = LLMEngine(model, eos, EngineConfig(
+            kv_bytes=settings.KV_CACHE_BYTES, page_size=PAGE_SIZE, max_batch=args.max_batch,
+            max_model_len=settings.MAX_MODEL_LEN, compile_model=compiled),
+            profiler=StepProfiler())   # timing costs ~26 us a step (task 9)
+        new_engine.warm = eng.warm_up()
+        return eng
+    new_engine()
+    warm = new_engine.warm
+    return model, new_engine, (time.perf_counter() - start, rss_bytes() - before,
+                               warm.graphs if warm else 0)
+
+
+def measure(new_engine, warm_up, workload) -> tuple[EngineMode, list[list[int]]]:
+    """Task 9's workload at once, greedy (continuous batching), then one request alone: tokens/s,
+    and a decode step's phases at 1 and at the cap (task 9's part 3)."""
+    eng = new_engine()
+    start = time.perf_counter()
+    for r in workload:
+        eng.add_request(r.prompt_ids, r.num_output, min_tokens=r.num_output)
+    seqs = eng.run()
+    duration = time.perf_counter() - start
+    num_tokens = sum(len(s.output_ids) for s in seqs)
+    split = profile.phase_split(new_engine(), workload[0].prompt_ids, eng.steps)
+    return (EngineMode(*warm_up, split, num_tokens / duration, num_tokens, duration),
+            [s.output_ids for s in seqs])
+
+
+def mini_engine_parts(path: str, dtype: str, args, workload, progress):
+    """Parts 1-2: (eager, the floors, compiled or None, why not compiled or None, requests whose
+    greedy tokens both ways gave alike). One model at a time: each is freed before the next."""
+    from mini_engine.compiled import why_not_compiled
+
+    progress("Part 1: mini_engine eager (kernels chosen)...")
+    model, new_engine, warm = load(path, dtype, args, compiled=False)
+    eager, eager_tokens = measure(new_engine, warm, workload)
+    machine = profile.machine_bounds(model, dtype, list(eager.phases))
+    del model, new_engine
+    free_memory()
+    why_not = why_not_compiled()
+    if why_not:
+        return eager, machine, None, why_not, 0
+    progress("Part 2: mini_engine compiled (torch.compile: the warm-up compiles)...")
+    model, new_engine, warm = load(path, dtype, args, compiled=True)
+    compiled, tokens = measure(new_engine, warm, workload)
+    del model, new_engine
+    free_memory()
+    return eager, machine, compiled, None, sum(a == b for a, b in zip(eager_tokens, tokens))
+
+
+def free_memory() -> None:
+    """Give the models' memory back before part 3's processes start (glibc keeps freed memory
+    unless asked: the lab's peak counts this process beside them)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+# --- part 3: vLLM, a fresh process each way -----------------------------------------------------
+def run_vllm(path: str, dtype: str, s: Settings, mode: str) -> VllmMode:
+    cmd = [sys.executable, "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype,
+           "--mode", mode, "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens)]
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=settings.REPO_DIR)
+    try:
+        with memory.PeakMemory(proc.pid) as peak:
+            out, err = proc.communicate(timeout=VLLM_TIMEOUT_S)
+    except BaseException:          # Ctrl-C or the timeout: leave nothing running
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"vLLM {mode} exited with code {proc.returncode}: {last}")
+    return VllmMode(**json.loads(out.strip().splitlines()[-1]), peak_pss_bytes=peak.peak_bytes)
+
+
+def measure_vllm(path: str, dtype: str, s: Settings, modes: list[str], why_not: str | None,
+                 progress) -> tuple[dict[str, VllmMode], str | None]:
+    """Each mode asked for, eager first; (what ran, why a mode did not)."""
+    found = {}
+    for mode in modes:
+        if mode == "compiled" and why_not:
+            return found, f"vLLM compiles with inductor too: {why_not}"
+        progress(f"Part 3: vLLM {mode}, in a fresh process...")
+        found[mode] = run_vllm(path, dtype, s, mode)
+    left_out = [m for m in VLLM_MODES if m not in modes]
+    return found, (f"--vllm-modes left {' and '.join(left_out)} out" if left_out else None)
+
+
+def main(argv: list[str] | None = None) -> CompiledStep:
+    args = parse_args(argv)
+    model_choice = cli.resolve_model_or_fail(args.model)
+    dtype = settings.resolve_dtype(args.dtype)
+    # this process runs no vLLM (part 3 runs it in processes of their own), so torch.compile
+    # stays on here whatever the shell or the lab set for vLLM
+    os.environ.pop("TORCHDYNAMO_DISABLE", None)
+    import torch
+    from transformers import AutoTokenizer
+
+    from task_9_build_your_own_engine import make_workload
+
+    torch.set_num_threads(settings.num_cores())
+    s = Settings(args.requests, args.mean_output, args.max_batch, settings.KV_CACHE_BYTES,
+                 PAGE_SIZE, args.vllm_requests, args.vllm_tokens)
+    print_header(model_choice, dtype, torch.get_num_threads(), s)
+    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
+    workload = make_workload(tokenizer, args.requests, args.mean_output, settings.SEED)
+    progress = report.progress_clock()
+
+    eager, machine, compiled, why_not, num_identical = mini_engine_parts(
+        model_choice.path, dtype.dtype, args, workload, progress)
+    record = CompiledStep(s, machine, eager, compiled, why_not, num_identical, len(workload),
+                          header=results.RunHeader.of(model_choice, dtype,
+                                                      torch.get_num_threads()))
+    if not args.no_vllm:
+        record.vllm, record.vllm_skipped = measure_vllm(model_choice.path, dtype.dtype, s,
+                                                        args.vllm_modes, why_not, progress)
+    progress("done")
+
+    print_report(record)
+    figures.saved(results.save(SCRIPT, record), record, FIGURES)
+    return record
+
+
+if __name__ == "__main__":
+    cli.run(main)

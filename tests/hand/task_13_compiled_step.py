@@ -1,0 +1,41 @@
+"""Task 13's record by hand (tests/hand/__init__.py): the defaults' run, task 9's workload of 48
+requests (550 tokens), cap 16, and vLLM with 16 requests of 64 tokens, eager and compiled. Its
+tests: tests/test_task_13.py."""
+from __future__ import annotations
+
+from common import results
+from lessons.task_13.record import CompiledStep, EngineMode, Settings, VllmMode
+from lessons.task_9.record import MachineBounds, Phases
+
+HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
+MS = 1e-3
+# the summary's row of record(): mini_engine 308 / 280 = 1.10x; vLLM 585 / 450 = 1.30x, PSS
+# 1.55 - 1.40 = +0.15 GB
+SUMMARY_ROW = "mini_engine 1.10x, vLLM 1.30x (+0.15 GB)"
+
+
+def phases(matmul: float, attention: float, rest: float, sampling: float, scheduling: float,
+           num_steps: int) -> Phases:
+    """A decode step's phases in ms; the step is their sum."""
+    parts = [matmul, attention, rest, sampling, scheduling]
+    return Phases(*(p * MS for p in parts), step_s=sum(parts) * MS, num_steps=num_steps)
+
+
+def record(header: results.RunHeader | None = None) -> CompiledStep:
+    """Eager: a step of 23.0 ms at 1 (16 + 2 + 4.5 + 0.3 + 0.2) and 37.0 at 16 (22 + 6.5 + 6.5
+    + 1.5 + 0.5); compiled, the same products and attention, the rest at 16 down to 3.0 ms: 33.5
+    ms. The weights, 270 MB at 12.5 GB/s: 21.6 ms a read."""
+    eager = EngineMode(1.5, 316 << 20, 0, {1: phases(16, 2, 4.5, 0.3, 0.2, 23),
+                                           16: phases(22, 6.5, 6.5, 1.5, 0.5, 9)},
+                       280.0, 550, 550 / 280.0)
+    compiled = EngineMode(41.0, 442 << 20, 1, {1: phases(16, 2, 4.0, 0.3, 0.2, 23),
+                                               16: phases(22, 6.5, 3.0, 1.5, 0.5, 9)},
+                          308.0, 550, 550 / 308.0)
+    answers = [f"answer {i}" for i in range(16)]
+    vllm = {"eager": VllmMode(True, 8.5, 1_400_000_000, 42.0, 450.0, answers),
+            "compiled": VllmMode(False, 72.5, 1_550_000_000, 56.0, 585.0,
+                                 answers[:15] + ["another answer"])}
+    return CompiledStep(Settings(48, 10, 16, 134_217_728, 16, 16, 64),
+                        MachineBounds(12.5e9, 270_000_000, 0.0216, "measured now",
+                                      {1: 0.018, 16: 0.025}),
+                        eager, compiled, None, 38, 48, vllm, header=header or HEADER)

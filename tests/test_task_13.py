@@ -1,0 +1,168 @@
+"""Task 13: its record built by hand (tests/hand/), saved and read back whole, the figures that
+follow from others (the step's and tokens/s ratios), the summary's row, the insight lines both
+ways, its figure and its report printed from the record; end to end on the tiny model (main():
+both engines' tokens identical in fp32, one graph; vLLM eager and compiled in processes of their
+own), and where nothing can be compiled; its bad flags. On the real model it runs in the lab's
+quick run (the last test here), vLLM eager only there. Counts are asserted, never times."""
+from __future__ import annotations
+
+import pytest
+
+import task_13_compiled_step as task13
+from common import figures, results, steps
+from lessons.task_13 import report as task_13_report
+from lessons.task_13.record import CompiledStep, summary_row
+from tests.conftest import assert_fits
+from tests.hand import assert_figure_reads_well
+from tests.hand.task_13_compiled_step import SUMMARY_ROW
+from tests.hand.task_13_compiled_step import record as hand_result
+from tests.says import assert_says
+
+
+def test_the_record_reads_back_whole():
+    record = hand_result()
+    results.save(task13.SCRIPT, record)
+    step = steps.by_name()[task13.SCRIPT]
+    assert step.record is CompiledStep and step.figures == task13.FIGURES
+    assert step.load() == record
+    saved = results.load_raw(task13.SCRIPT, "")
+    assert "compile_skipped" not in saved and saved["compiled"]["num_graphs"] == 1
+    assert set(saved["vllm"]) == {"eager", "compiled"}
+
+
+def test_the_figures_that_follow_from_others():
+    record = hand_result()
+    assert record.cap == 16
+    assert record.step_ratio(16) == pytest.approx(33.5 / 37.0)
+    assert record.step_ratio(1) == pytest.approx(22.5 / 23.0)
+    assert record.speedup == pytest.approx(1.1)
+    assert record.vllm_speedup == pytest.approx(1.3)
+    record.compiled = None
+    assert record.step_ratio(16) is None and record.speedup is None
+
+
+def test_the_summary_row():
+    record = hand_result()
+    assert summary_row(record) == SUMMARY_ROW
+    assert steps.by_name()[task13.SCRIPT].row(record) == SUMMARY_ROW
+    record.vllm = None                                        # --no-vllm
+    assert summary_row(record) == "mini_engine 1.10x"
+    record.compiled, record.compile_skipped = None, "no C++ compiler"
+    assert summary_row(record) == "mini_engine not compiled"
+
+
+def test_the_insight_says_what_the_figures_show():
+    lines = task_13_report.insight(hand_result())
+    assert len(lines) == 4
+    # the rest at 16: 6.5 -> 3.0 ms; the step 33.5 / 37.0 = 0.91x; tokens/s 308 / 280 = 1.10x;
+    # 41 s of warm-up
+    assert_says(lines[0], "batch 16", "6.5 -> 3.0 ms", "22.0 -> 22.0 ms", "0.91x", "1.10x",
+                "41 s",
+                branch="cut the rest", not_branch="did not shorten")
+    # the compiled step at 16: matmuls 22 of 33.5 ms (66%), 22 / 21.6 = 1.0x a read
+    assert_says(lines[1], "the matmuls", "66%", "1.0x one read", branch="same products")
+    # vLLM 585 / 450 = 1.30x at 16, PSS +0.15 GB, start-up 72.5 - 8.5 = +64 s
+    assert_says(lines[2], "1.30x", "16 requests", "+0.15 GB", "+64 s", "1 of 16",
+                branch="answers changed", not_branch="the same greedy text")
+    # 0.15 / 4 GB = 4% saved against 30% of the speed given up
+    assert_says(lines[3], "4%", "30%", "64 s", branch="wrong trade", not_branch="right trade")
+
+
+def test_the_insight_changes_when_the_figures_do():
+    record = hand_result()
+    record.compiled.phases[16] = record.eager.phases[16].__class__(
+        22e-3, 6.5e-3, 7.0e-3, 1.5e-3, 0.5e-3, step_s=37.5e-3, num_steps=9)
+    record.vllm["compiled"].batch_tokens_per_s = 459.0        # 1.02x
+    record.vllm["compiled"].peak_pss_bytes = 1_700_000_000    # +0.30 GB: 8% of 4 GB
+    lines = task_13_report.insight(record)
+    assert_says(lines[0], "6.5 -> 7.0 ms", "1.01x", branch="did not shorten",
+                not_branch="cut the rest")
+    record.vllm["compiled"].texts = record.vllm["eager"].texts
+    lines = task_13_report.insight(record)
+    assert_says(lines[2], "1.02x", "+0.30 GB", branch="the same greedy text",
+                not_branch="answers changed")
+    assert_says(lines[3], "8%", "2%", branch="right trade", not_branch="wrong trade")
+    # attention the largest part left: no claim about the weights' read
+    record.compiled.phases[16] = record.eager.phases[16].__class__(
+        5e-3, 20e-3, 3.0e-3, 1.5e-3, 0.5e-3, step_s=30e-3, num_steps=9)
+    assert_says(task_13_report.insight(record)[1], "attention", "67%",
+                not_branch="one read of the weights")
+    record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
+    assert task_13_report.insight(record) == ["mini_engine was not compiled here: no C++ "
+                                              "compiler here"]
+
+
+def test_the_report_prints_every_part(capsys):
+    record = hand_result()
+    task_13_report.print_report(record)
+    out = capsys.readouterr().out
+    assert_fits(out)
+    assert "38 of 48 requests identical" in out and "15 of 16 answers the same" in out
+    assert "1.33x at 1, 1.30x at 16" in out            # 56 / 42, 585 / 450
+    record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
+    task_13_report.print_report(record)
+    out = " ".join(capsys.readouterr().out.split())      # the lines as one, wherever they wrap
+    assert "not measured: no C++ compiler here" in out and "Not measured: --no-vllm" in out
+
+
+def test_the_figure_reads_well():
+    record = hand_result()
+    results.save(task13.SCRIPT, record)
+    assert_figure_reads_well(task13.FIGURES[0][1](record), record)
+    record.vllm = None
+    fig = task13.FIGURES[0][1](record)
+    assert len(fig.axes) == 1
+    figures.plt().close("all")
+
+
+def test_task_13_on_the_tiny_model(tiny_model):
+    """Both engines on task 9's workload, greedy, fp32: every request's tokens the same, the
+    compiled engine's one graph made at its warm-up; then vLLM eager and compiled, each in a
+    process of its own (the lab's quick run leaves the compiled one out: it is checked here)."""
+    record = task13.main(["--model", tiny_model, "--dtype", "float32", "--quick",
+                          "--max-batch", "4", "--vllm-modes", "compiled,eager"])
+    assert record.compiled.num_graphs in (1, 0)   # 0: another test of this process compiled
+    assert record.num_identical == record.num_requests == 8
+    assert record.compiled.num_tokens == record.eager.num_tokens > 0    # EOS held off
+    assert set(record.eager.phases) == set(record.compiled.phases) == {1, 4}
+    assert list(record.vllm) == ["eager", "compiled"] and record.vllm_skipped is None
+    assert [m.enforce_eager for m in record.vllm.values()] == [True, False]
+    assert all(len(m.texts) == 4 and m.peak_pss_bytes > 0 for m in record.vllm.values())
+    assert results.load(task13.SCRIPT, CompiledStep) == record
+    assert summary_row(record).startswith("mini_engine ") and ", vLLM " in summary_row(record)
+
+
+def test_where_nothing_can_be_compiled_the_eager_parts_still_run(tiny_model, monkeypatch,
+                                                                  capsys):
+    import mini_engine.compiled
+
+    monkeypatch.setattr(mini_engine.compiled, "why_not_compiled",
+                        lambda: "no C++ compiler (g++) on this machine")
+    record = task13.main(["--model", tiny_model, "--dtype", "float32", "--quick", "--no-vllm"])
+    assert record.compiled is None and record.compile_skipped.startswith("no C++ compiler")
+    assert record.eager.num_tokens > 0
+    assert "not measured: no C++ compiler" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vllm-tokens", "120"], "must fit max_model_len 128"),
+    (["--requests", "0"], "--requests"),
+    (["--vllm-modes", "eager,fast"], "give eager, compiled or both"),
+])
+def test_bad_flags_get_one_line(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        task13.parse_args(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_task_13_on_the_real_model(lab_run):
+    """The quick lab's task 13: both engines, one graph; vLLM eager in its own process (--quick
+    leaves the compiled one out: test_task_13_on_the_tiny_model runs it)."""
+    saved = lab_run.saved(task13.SCRIPT)
+    record = CompiledStep.from_dict(saved)
+    assert record.compiled is not None and record.compiled.num_graphs == 1
+    assert record.num_requests == 8 and 0 <= record.num_identical <= 8
+    assert list(record.vllm) == ["eager"] and record.vllm["eager"].enforce_eager
+    assert len(record.vllm["eager"].texts) == 4 and "compiled out" in record.vllm_skipped
+    assert lab_run.row(task13.SCRIPT) == summary_row(record)

@@ -156,7 +156,7 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
     why_not = why_not_compiled()
     if why_not:
         return eager, machine, None, why_not, 0
-    progress("Part 2: mini_engine compiled (torch.compile: the warm-up compiles)...")
+    progress("Part 2: mini_engine compiled (compiling at warm-up)...")
     model, new_engine, warm = load(path, dtype, args, compiled=True)
     compiled, tokens = measure(new_engine, warm, workload)
     del model, new_engine

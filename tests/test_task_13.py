@@ -115,7 +115,7 @@ def test_the_figure_reads_well():
     figures.plt().close("all")
 
 
-def test_task_13_on_the_tiny_model(tiny_model):
+def test_task_13_on_the_tiny_model(tiny_model, capsys):
     """Both engines on task 9's workload, greedy, fp32: every request's tokens the same, the
     compiled engine's one graph made at its warm-up; then vLLM eager and compiled, each in a
     process of its own (the lab's quick run leaves the compiled one out: it is checked here)."""
@@ -130,6 +130,7 @@ def test_task_13_on_the_tiny_model(tiny_model):
     assert all(len(m.texts) == 4 and m.peak_pss_bytes > 0 for m in record.vllm.values())
     assert results.load(task13.SCRIPT, CompiledStep) == record
     assert summary_row(record).startswith("mini_engine ") and ", vLLM " in summary_row(record)
+    assert_fits(capsys.readouterr().out)          # the progress lines too
 
 
 def test_where_nothing_can_be_compiled_the_eager_parts_still_run(tiny_model, monkeypatch,

@@ -36,7 +36,7 @@ import time
 
 import psutil
 
-from common import cli, figures, memory, report, results, settings
+from common import cli, figures, memory, report, results, server, settings
 from lessons.task_13.figure import draw_step
 from lessons.task_13.record import CompiledStep, EngineMode, Settings, VllmMode, summary_row
 from lessons.task_13.report import print_header, print_report
@@ -48,12 +48,12 @@ SCRIPT = "task_13_compiled_step"
 VLLM_MODES = ("eager", "compiled")
 DEFAULTS = {"requests": 48, "mean_output": 10, "vllm_requests": 16, "vllm_tokens": 64,
             "vllm_modes": list(VLLM_MODES)}
-# --quick leaves out vLLM compiled: its start alone, compiling with a cold cache, took 75 s on
-# one core (docs/measurements.md), and the check --quick makes runs its code path eager already
+# --quick leaves out vLLM compiled: its start alone, compiling with a cold cache, is over a minute
+# on one core (docs/measurements.md), and the check --quick makes runs its code path eager
 QUICK = {"requests": 8, "mean_output": 8, "vllm_requests": 4, "vllm_tokens": 16,
          "vllm_modes": ["eager"]}
 PAGE_SIZE = 16
-VLLM_TIMEOUT_S = 600    # a compiled start took 65-82 s on 2 cores (SPEC.md); one core, longer
+VLLM_TIMEOUT_S = 600    # a compiled start is over a minute (SPEC.md); on one core, longer
 
 RECORD = CompiledStep                  # what the lab reads results/<SCRIPT>.json back into
 FIGURES = (("", draw_step),)           # results/task_13_compiled_step.png
@@ -118,13 +118,13 @@ def load(path: str, dtype: str, args, compiled: bool):
         eng = LLMEngine(model, eos, EngineConfig(
             kv_bytes=settings.KV_CACHE_BYTES, page_size=PAGE_SIZE, max_batch=args.max_batch,
             max_model_len=settings.MAX_MODEL_LEN, compile_model=compiled),
-            profiler=StepProfiler())   # timing costs ~26 us a step (task 9)
+            profiler=StepProfiler())   # part 1's phases; what timing costs: task 9
         new_engine.warm = eng.warm_up()
         return eng
-    new_engine()
-    warm = new_engine.warm
-    return model, new_engine, (time.perf_counter() - start, rss_bytes() - before,
-                               warm.graphs if warm else 0)
+    first = new_engine()            # kept until the RSS is read: its KV pool counts
+    seconds, added, warm = time.perf_counter() - start, rss_bytes() - before, new_engine.warm
+    del first
+    return model, new_engine, (seconds, added, warm.graphs if warm else 0)
 
 
 def run_workload(new_engine, workload) -> tuple[LLMEngine, list, float]:
@@ -185,6 +185,8 @@ def free_memory() -> None:
 
 # --- part 3: vLLM, a fresh process each way -----------------------------------------------------
 def run_vllm(path: str, dtype: str, s: Settings, mode: str) -> VllmMode:
+    """One way, in a fresh process, its memory sampled; a failure is a ServerError, which
+    cli.run prints in one line."""
     cmd = [sys.executable, "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype,
            "--mode", mode, "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens)]
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
@@ -197,10 +199,14 @@ def run_vllm(path: str, dtype: str, s: Settings, mode: str) -> VllmMode:
         proc.kill()
         proc.wait()
         raise
+    last = (err.strip().splitlines() or ["no output"])[-1]
     if proc.returncode != 0:
-        last = (err.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"vLLM {mode} exited with code {proc.returncode}: {last}")
-    return VllmMode(**json.loads(out.strip().splitlines()[-1]), peak_pss_bytes=peak.peak_bytes)
+        raise server.ServerError(f"vLLM {mode} exited with code {proc.returncode}: {last}")
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise server.ServerError(f"vLLM {mode} printed no result: {last}") from None
+    return VllmMode(**found, peak_pss_bytes=peak.peak_bytes)
 
 
 def measure_vllm(path: str, dtype: str, s: Settings, modes: list[str], why_not: str | None,

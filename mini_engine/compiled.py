@@ -22,7 +22,7 @@ Shapes. Only the step's rows T change. torch._dynamo.maybe_mark_dynamic makes T 
 step of one row runs as two (torch specializes a size of 1 into a graph of its own), so one graph
 serves every step and the warm-up compiles once. Everything else is a constant of the graph
 (dynamic=False: with dynamic=True the model's number and shape, ints, would become symbols too,
-and a custom op cannot take a symbol for a number). The weights are not graph inputs: a linear op
+and they must stay constants, the ops' arguments and the graph's sizes). The weights are not graph inputs: a linear op
 names its model, layer and kind by number, and the norms' weights are arguments, so a second
 engine on the same model runs the same graph. vLLM on a CPU also compiles once with the token
 dimension dynamic; on a GPU it then captures CUDA graphs at fixed batch sizes and pads a step up
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import shutil
 import time
@@ -68,12 +69,16 @@ _MODELS: weakref.WeakValueDictionary[int, Llama] = weakref.WeakValueDictionary()
 _STEP = {"batch": None, "profiler": NoProfiler()}
 
 
+_NUMBERS = itertools.count()
+
+
 def model_number(model: Llama) -> int:
-    """The model's number in _MODELS, given once."""
+    """The model's number in _MODELS, given once and never again: a graph is made for a model's
+    number (compiled_layers), so a number freed with its model must not name another model."""
     for number, known in _MODELS.items():
         if known is model:
             return number
-    number = max(_MODELS, default=-1) + 1
+    number = next(_NUMBERS)
     _MODELS[number] = model
     return number
 
@@ -147,6 +152,10 @@ def compiled_layers(model: int, eps: float, heads: int, kv_heads: int) -> Callab
     rows T are marked dynamic at each call (CompiledForward.forward). Made on first use, once
     why_not_compiled has found nothing against it: torch.compile reads TORCHDYNAMO_DISABLE when
     it is called, and with it set returns the function as it was."""
+    why = why_not_compiled()
+    if why:              # checked again: a refusal must not be cached as an uncompiled function
+        raise RuntimeError(f"compile_model: {why}")
+
     def layers(x, cos, sin_signed, kv_cache, norms):
         return decoder_layers(x, cos, sin_signed, kv_cache, norms, model, eps, heads, kv_heads)
     return torch.compile(layers, dynamic=False, recompile_limit=RECOMPILE_LIMIT)

@@ -31,7 +31,7 @@ class EngineConfig:
     # both when neither is given, the lab the 2-4 of the source's measured run, SPEC.md)
     prompt_lookup_max: int = 4
     prompt_lookup_min: int = 2
-    # task 13: each layer's work around its attention compiled by torch.compile (inductor) at the
+    # task 13: the decoder layers as one graph of torch.compile (inductor), compiled at the
     # engine's warm_up (mini_engine/compiled.py); off: the eager forward of model.py
     compile_model: bool = False
 

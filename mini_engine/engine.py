@@ -69,7 +69,7 @@ class LLMEngine:
         # write into, so they never write into a page another request may share
         self.kv_cache = self.allocate_kv_cache(self.num_pages + 1)
         self.scratch_slot = self.num_pages * page_size
-        # task 13: the forward with each layer's halves around attention compiled (warm_up)
+        # task 13: the decoder layers as one compiled graph (mini_engine/compiled.py, warm_up)
         self.compiled = None
         if config.compile_model:
             from mini_engine.compiled import CompiledForward   # imports torch's compiler

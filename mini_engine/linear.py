@@ -118,13 +118,6 @@ class Linear:
             return list(self.prepared[0].split(self.sizes))
         return list(self.prepared)
 
-    def weight(self) -> torch.Tensor:
-        """The whole weight (out, in) as one tensor: the one this layer runs where it is fused
-        (no copy), else its parts concatenated (a copy). For the compiled forward
-        (mini_engine/compiled.py), which hands plain weights to torch.compile."""
-        parts = self.parts()
-        return self.prepared[0] if len(self.prepared) == 1 else torch.cat(parts)
-
 
 def build(parts: list[torch.Tensor], label: str) -> Linear:
     """The Linear a label names ("oneDNN packed", "F.linear, unfused", ...)."""

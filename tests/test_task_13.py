@@ -12,6 +12,7 @@ import task_13_compiled_step as task13
 from common import figures, results, steps
 from lessons.task_13 import report as task_13_report
 from lessons.task_13.record import CompiledStep, summary_row
+from mini_engine import compiled as compiled_mod
 from tests.conftest import assert_fits
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_13_compiled_step import SUMMARY_ROW
@@ -82,6 +83,9 @@ def test_the_insight_changes_when_the_figures_do():
     assert_says(lines[2], "1.02x", "+0.30 GB", branch="the same greedy text",
                 not_branch="answers changed")
     assert_says(lines[3], "8%", "2%", branch="right trade", not_branch="wrong trade")
+    record.vllm["compiled"].batch_tokens_per_s = 405.0       # 0.90x: compiling cost speed
+    assert_says(task_13_report.insight(record)[3], "-10%", "+8%", branch="no trade to weigh",
+                not_branch=("right trade", "wrong trade"))
     # attention the largest part left: no claim about the weights' read
     record.compiled.phases[16] = record.eager.phases[16].__class__(
         5e-3, 20e-3, 3.0e-3, 1.5e-3, 0.5e-3, step_s=30e-3, num_steps=9)
@@ -122,6 +126,7 @@ def test_task_13_on_the_tiny_model(tiny_model, capsys):
     record = task13.main(["--model", tiny_model, "--dtype", "float32", "--quick",
                           "--max-batch", "4", "--vllm-modes", "compiled,eager"])
     assert record.compiled.num_graphs in (1, 0)   # 0: another test of this process compiled
+    assert compiled_mod.num_graphs() >= 1         # it, so some graph exists: compiled, not eager
     assert record.num_identical == record.num_requests == 8
     assert record.compiled.num_tokens == record.eager.num_tokens > 0    # EOS held off
     assert set(record.eager.phases) == set(record.compiled.phases) == {1, 4}

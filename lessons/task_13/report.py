@@ -51,7 +51,7 @@ def print_engine(r: CompiledStep) -> None:
     report.section("THE COST AND THE GAIN")
     rows = [("eager", r.eager)] + ([("compiled", r.compiled)] if r.compiled else [])
     report.table(["", "warm-up s", "graphs", "RSS added MB", "tokens/s"],
-                 [(name, f"{m.warm_up_s:.1f}", m.num_graphs, f"{m.warm_up_added_bytes / 2**20:.0f}",
+                 [(name, f"{m.warm_up_s:.1f}", m.num_graphs, f"{m.warm_up_added_bytes / 1e6:.0f}",
                    f"{m.tokens_per_s:.1f}") for name, m in rows], [13, 12, 9, 16, 15])
     report.note("Warm-up: the kernel choice, the compile where there is one, and a first engine "
                 "(its KV pool included). After it no step compiled: a graph it would have needed "
@@ -60,8 +60,8 @@ def print_engine(r: CompiledStep) -> None:
         report.row("Compiled", f"not measured: {r.compile_skipped}")
         return
     report.row("Tokens/s, compiled", f"{r.speedup:.2f}x eager")
-    report.row("Step at the cap", f"{r.step_ratio(r.cap):.2f}x eager (batch 1: "
-               f"{r.step_ratio(1):.2f}x)")
+    report.row(f"Step at batch {r.cap}", f"{r.step_ratio(r.cap):.2f}x as long as eager (batch "
+               f"1: {r.step_ratio(1):.2f}x; compiled, a step of one row runs as two)")
     report.row("Greedy tokens", f"{r.num_identical} of {r.num_requests} requests identical "
                f"in {r.header.dtype} (fp32: tests/test_compiled.py)")
 
@@ -94,16 +94,16 @@ def engine_lines(r: CompiledStep) -> list[str]:
     cap, e, c = r.cap, r.eager.phases[r.cap], r.compiled.phases[r.cap]
     before, after = 1000 * e.forward_other_s, 1000 * c.forward_other_s
     verb = "cut" if after < before else "did not shorten"
-    lines = [f"Compiling mini_engine's layers {verb} the rest of its step (the norms, RoPE, SiLU, "
-             f"the adds) at batch {cap}: {before:.1f} -> {after:.1f} ms, while its matmuls, the "
-             f"same calls, took {1000 * e.matmul_s:.1f} -> {1000 * c.matmul_s:.1f} ms; the step "
-             f"{r.step_ratio(cap):.2f}x, tokens/s {r.speedup:.2f}x, for "
-             f"{r.compiled.warm_up_s:.0f} s of warm-up"]
+    lines = [f"Compiling mini_engine's layers {verb} the rest of its step (all but the products "
+             f"and attention: the norms, RoPE, SiLU, the adds) at batch {cap}: {before:.1f} -> "
+             f"{after:.1f} ms, while its matmuls, the same calls, took {1000 * e.matmul_s:.1f} -> "
+             f"{1000 * c.matmul_s:.1f} ms; the step took {r.step_ratio(cap):.2f}x as long, "
+             f"tokens/s {r.speedup:.2f}x, for {r.compiled.warm_up_s:.0f} s of warm-up"]
     parts = {"the matmuls": c.matmul_s, "attention": c.attention_s,
              "the rest of the forward": c.forward_other_s,
              "sampling and scheduling": c.sampling_s + c.scheduling_s}
     biggest = max(parts, key=parts.get)
-    line = (f"What is left is mostly {biggest}: {100 * parts[biggest] / c.step_s:.0f}% of the "
+    line = (f"The largest part left is {biggest}: {100 * parts[biggest] / c.step_s:.0f}% of the "
             "compiled step")
     if biggest == "the matmuls":
         line += (f", {c.matmul_s / r.machine.weight_read_s:.1f}x one read of the weights. "
@@ -124,7 +124,11 @@ def vllm_lines(r: CompiledStep) -> list[str]:
     lines = [f"vLLM compiled: {r.vllm_speedup:.2f}x tokens/s at {r.settings.vllm_requests} "
              f"requests, for {mem:+.2f} GB of memory and {start:+.0f} s of start-up; {text}"]
     share = mem * GB / VM_BYTES
-    if gain > share:
+    if gain <= 0 or share <= 0:      # compiling bought no speed, or cost no memory
+        lines.append(f"Compiling changed vLLM's tokens/s by {100 * gain:+.0f}% and its memory by "
+                     f"{100 * share:+.0f}% of a 4 GB VM: no trade to weigh for the source's "
+                     "enforce_eager=True on this machine")
+    elif gain > share:
         lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
                      f"and gave up {100 * gain:.0f}% of the speed: on this machine it was the "
                      f"wrong trade, unless {start:.0f} s a start matters more")

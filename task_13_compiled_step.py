@@ -32,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -184,11 +185,12 @@ def free_memory() -> None:
 
 
 # --- part 3: vLLM, a fresh process each way -----------------------------------------------------
-def run_vllm(path: str, dtype: str, s: Settings, mode: str) -> VllmMode:
+def run_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> VllmMode:
     """One way, in a fresh process, its memory sampled; a failure is a ServerError, which
     cli.run prints in one line."""
     cmd = [sys.executable, "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype,
-           "--mode", mode, "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens)]
+           "--mode", mode, "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens),
+           "--max-num-seqs", str(s.max_batch), "--workload", workload_file]
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=settings.REPO_DIR)
@@ -210,14 +212,18 @@ def run_vllm(path: str, dtype: str, s: Settings, mode: str) -> VllmMode:
 
 
 def measure_vllm(path: str, dtype: str, s: Settings, modes: list[str], why_not: str | None,
-                 progress) -> tuple[dict[str, VllmMode], str | None]:
-    """Each mode asked for, eager first; (what ran, why a mode did not)."""
+                 workload, progress) -> tuple[dict[str, VllmMode], str | None]:
+    """Each mode asked for, eager first, each also on mini_engine's workload (handed over as a
+    file of token ids); (what ran, why a mode did not)."""
     found = {}
-    for mode in modes:
-        if mode == "compiled" and why_not:
-            return found, f"vLLM compiles with inductor too: {why_not}"
-        progress(f"Part 3: vLLM {mode}, in a fresh process...")
-        found[mode] = run_vllm(path, dtype, s, mode)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump([[r.prompt_ids, r.num_output] for r in workload], f)
+        f.flush()
+        for mode in modes:
+            if mode == "compiled" and why_not:
+                return found, f"vLLM compiles with inductor too: {why_not}"
+            progress(f"Part 3: vLLM {mode}, in a fresh process...")
+            found[mode] = run_vllm(path, dtype, s, mode, f.name)
     left_out = [m for m in VLLM_MODES if m not in modes]
     return found, (f"--vllm-modes left {' and '.join(left_out)} out" if left_out else None)
 
@@ -249,7 +255,8 @@ def main(argv: list[str] | None = None) -> CompiledStep:
                                                       torch.get_num_threads()))
     if not args.no_vllm:
         record.vllm, record.vllm_skipped = measure_vllm(model_choice.path, dtype.dtype, s,
-                                                        args.vllm_modes, why_not, progress)
+                                                        args.vllm_modes, why_not, workload,
+                                                        progress)
     progress("done")
 
     print_report(record)

@@ -38,8 +38,13 @@ def test_the_figures_that_follow_from_others():
     assert record.step_ratio(1) == pytest.approx(22.5 / 23.0)
     assert record.speedup == pytest.approx(1.1)
     assert record.vllm_speedup == pytest.approx(1.3)
+    assert record.over_vllm("eager") == pytest.approx(280 / 250)
+    assert record.over_vllm("compiled") == pytest.approx(308 / 280)
     record.compiled = None
     assert record.step_ratio(16) is None and record.speedup is None
+    assert record.over_vllm("compiled") is None
+    record.vllm = None
+    assert record.over_vllm("eager") is None
 
 
 def test_the_summary_row():
@@ -54,7 +59,7 @@ def test_the_summary_row():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_13_report.insight(hand_result())
-    assert len(lines) == 4
+    assert len(lines) == 5
     # the rest at 16: 6.5 -> 3.0 ms; the step 33.5 / 37.0 = 0.91x; tokens/s 308 / 280 = 1.10x;
     # 41 s of warm-up
     assert_says(lines[0], "batch 16", "6.5 -> 3.0 ms", "22.0 -> 22.0 ms", "0.91x", "1.10x",
@@ -67,6 +72,9 @@ def test_the_insight_says_what_the_figures_show():
                 branch="answers changed", not_branch="the same greedy text")
     # 0.15 / 4 GB = 4% saved against 30% of the speed given up
     assert_says(lines[3], "4%", "30%", "64 s", branch="wrong trade", not_branch="right trade")
+    # task 9's workload: 280 / 250 = 1.12x eager, 308 / 280 = 1.10x compiled
+    assert_says(lines[4], "1.12x", "1.10x", branch="vLLM more than mini_engine",
+                not_branch="mini_engine as much")
 
 
 def test_the_insight_changes_when_the_figures_do():
@@ -83,6 +91,9 @@ def test_the_insight_changes_when_the_figures_do():
     assert_says(lines[2], "1.02x", "+0.30 GB", branch="the same greedy text",
                 not_branch="answers changed")
     assert_says(lines[3], "8%", "2%", branch="right trade", not_branch="wrong trade")
+    record.vllm["compiled"].workload_tokens_per_s = 200.0    # 308 / 200 = 1.54x
+    assert_says(task_13_report.insight(record)[4], "1.12x", "1.54x",
+                branch="mini_engine as much", not_branch="vLLM more than mini_engine")
     record.vllm["compiled"].batch_tokens_per_s = 405.0       # 0.90x: compiling cost speed
     assert_says(task_13_report.insight(record)[3], "-10%", "+8%", branch="no trade to weigh",
                 not_branch=("right trade", "wrong trade"))
@@ -103,6 +114,7 @@ def test_the_report_prints_every_part(capsys):
     assert_fits(out)
     assert "38 of 48 requests identical" in out and "15 of 16 answers the same" in out
     assert "1.33x at 1, 1.30x at 16" in out            # 56 / 42, 585 / 450
+    assert "280.0, vLLM 250.0 tok/s: 1.12x vLLM" in " ".join(out.split())
     record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
     task_13_report.print_report(record)
     out = " ".join(capsys.readouterr().out.split())      # the lines as one, wherever they wrap
@@ -132,7 +144,9 @@ def test_task_13_on_the_tiny_model(tiny_model, capsys):
     assert set(record.eager.phases) == set(record.compiled.phases) == {1, 4}
     assert list(record.vllm) == ["eager", "compiled"] and record.vllm_skipped is None
     assert [m.enforce_eager for m in record.vllm.values()] == [True, False]
-    assert all(len(m.texts) == 4 and m.peak_pss_bytes > 0 for m in record.vllm.values())
+    assert all(len(m.texts) == 4 and m.peak_pss_bytes > 0 and m.workload_tokens_per_s > 0
+               for m in record.vllm.values())
+    assert record.over_vllm("eager") and record.over_vllm("compiled")
     assert results.load(task13.SCRIPT, CompiledStep) == record
     assert summary_row(record).startswith("mini_engine ") and ", vLLM " in summary_row(record)
     assert_fits(capsys.readouterr().out)          # the progress lines too

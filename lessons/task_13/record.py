@@ -41,6 +41,7 @@ class VllmMode(results.Record):
     one_tokens_per_s: float       # one request (the best of two)
     batch_tokens_per_s: float     # settings.vllm_requests at once
     texts: list[str]              # the greedy answers of the batch
+    workload_tokens_per_s: float  # task 9's workload, as mini_engine ran it (cap: max_batch)
 
 
 @dataclass
@@ -69,6 +70,14 @@ class CompiledStep(results.Result):
     def speedup(self) -> float | None:
         """mini_engine compiled over eager, tokens/s on task 9's workload."""
         return self.compiled.tokens_per_s / self.eager.tokens_per_s if self.compiled else None
+
+    def over_vllm(self, mode: str) -> float | None:
+        """mini_engine over vLLM run the same way ("eager" or "compiled"), tokens/s on task 9's
+        workload; None where either side did not run."""
+        mine = self.eager if mode == "eager" else self.compiled
+        if mine is None or not self.vllm or mode not in self.vllm:
+            return None
+        return mine.tokens_per_s / self.vllm[mode].workload_tokens_per_s
 
     @property
     def vllm_speedup(self) -> float | None:

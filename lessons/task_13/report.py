@@ -22,7 +22,8 @@ def print_header(model, dtype, threads: int, s) -> None:
                "torch.compile (inductor), the products and attention called in it; the same "
                "kernels chosen at batch 1 and the cap")
     report.row("vLLM", f"offline, a fresh process each way; 1 request, then {s.vllm_requests} "
-               f"at once, {s.vllm_tokens} tokens each, greedy, EOS held off")
+               f"at once, {s.vllm_tokens} tokens each, greedy, EOS held off; then task 9's "
+               f"workload, as mini_engine ran it (max_num_seqs {s.max_batch})")
 
 
 def phases_table(r: CompiledStep) -> None:
@@ -86,6 +87,16 @@ def print_vllm(r: CompiledStep) -> None:
     report.row("Greedy text", f"{same} of {len(eager.texts)} answers the same")
 
 
+def print_same_workload(r: CompiledStep) -> None:
+    """mini_engine against vLLM run the same way, on task 9's workload, in tokens/s."""
+    for mode in ("eager", "compiled"):
+        ratio = r.over_vllm(mode)
+        if ratio is not None:
+            mine = r.eager if mode == "eager" else r.compiled
+            report.row(f"Task 9's workload, {mode}", f"mini_engine {mine.tokens_per_s:.1f}, vLLM "
+                       f"{r.vllm[mode].workload_tokens_per_s:.1f} tok/s: {ratio:.2f}x vLLM")
+
+
 VM_BYTES = 4 * GB      # the source's VM
 
 
@@ -144,10 +155,17 @@ def insight(r: CompiledStep) -> list[str]:
              else [f"mini_engine was not compiled here: {r.compile_skipped}"])
     if r.vllm and len(r.vllm) == 2:
         lines += vllm_lines(r)
+    ratios = {mode: r.over_vllm(mode) for mode in ("eager", "compiled")}
+    if all(ratios.values()):
+        lines.append(f"On task 9's workload mini_engine made {ratios['eager']:.2f}x vLLM's "
+                     f"tokens/s eager and {ratios['compiled']:.2f}x compiled: compiling helped "
+                     + ("vLLM more than mini_engine" if ratios["compiled"] < ratios["eager"]
+                        else "mini_engine as much as vLLM or more"))
     return lines
 
 
 def print_report(r: CompiledStep) -> None:
     print_engine(r)
     print_vllm(r)
+    print_same_workload(r)
     report.insight(insight(r))

@@ -7,14 +7,17 @@ way, samples its memory, and reads the one JSON line it prints last.
 
 eager: the source's settings, the lab's (enforce_eager=True, TORCHDYNAMO_DISABLE=1). compiled:
 vLLM's default on a CPU (-O2: torch.compile with inductor at start-up; vllm/platforms/cpu.py),
-TORCHDYNAMO_DISABLE unset; everything else the same. Greedy, EOS held off: one request (the best
-of two generations), then N at once (the best of two)."""
+TORCHDYNAMO_DISABLE unset; everything else the same, the batch cap the parent's (max_num_seqs).
+Greedy, EOS held off: one request (the best of two generations), then N at once (the best of
+two), then the parent's workload (--workload, a JSON list of [prompt token ids, tokens to make]:
+task 9's, as mini_engine ran it; the best of two)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 from common import load, settings
 
@@ -26,34 +29,42 @@ def main() -> None:
     parser.add_argument("--mode", choices=("eager", "compiled"), required=True)
     parser.add_argument("--requests", type=int, required=True)
     parser.add_argument("--tokens", type=int, required=True)
+    parser.add_argument("--max-num-seqs", type=int, required=True)
+    parser.add_argument("--workload", required=True)
     args = parser.parse_args()
     settings.apply_cpu_engine_env()            # before vLLM (and torch) is imported
     eager = args.mode == "eager"
     if not eager:
         os.environ.pop("TORCHDYNAMO_DISABLE")  # torch.compile reads it when vLLM calls it
     from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
 
     start = time.perf_counter()
     llm = LLM(model=args.model, seed=settings.SEED, dtype=args.dtype,
               max_model_len=settings.MAX_MODEL_LEN, kv_cache_memory_bytes=settings.KV_CACHE_BYTES,
-              block_size=settings.BLOCK_SIZE, enforce_eager=eager)
+              block_size=settings.BLOCK_SIZE, enforce_eager=eager, max_num_seqs=args.max_num_seqs)
     startup_s = time.perf_counter() - start
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, min_tokens=args.tokens)
     prompts = load.user_prompts(args.requests)
 
-    def best_of_two(batch: list[str]) -> tuple[float, list]:
+    def best_of_two(batch: list, batch_params) -> tuple[float, list]:
         runs = []
         for _ in range(2):
             t = time.perf_counter()
-            outputs = llm.generate(batch, params, use_tqdm=False)
+            outputs = llm.generate(batch, batch_params, use_tqdm=False)
             runs.append((time.perf_counter() - t, outputs))
         seconds, outputs = min(runs, key=lambda run: run[0])
         return sum(len(o.outputs[0].token_ids) for o in outputs) / seconds, outputs
 
-    one_tok_s, _ = best_of_two(prompts[:1])
-    batch_tok_s, outputs = best_of_two(prompts)
+    one_tok_s, _ = best_of_two(prompts[:1], params)
+    batch_tok_s, outputs = best_of_two(prompts, params)
+    workload = json.loads(Path(args.workload).read_text())
+    workload_tok_s, _ = best_of_two(
+        [TokensPrompt(prompt_token_ids=ids) for ids, _ in workload],
+        [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n) for _, n in workload])
     print(json.dumps({"enforce_eager": eager, "startup_s": startup_s,
                       "one_tokens_per_s": one_tok_s, "batch_tokens_per_s": batch_tok_s,
+                      "workload_tokens_per_s": workload_tok_s,
                       "texts": [o.outputs[0].text for o in outputs]}))
 
 

@@ -32,13 +32,11 @@ This file sets up and measures, then prints; beside it in lessons/task_12/: the 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import statistics
 import time
 
-from common import cli, figures, load, metrics, report, results, server, settings
+from common import cli, figures, load, memory, metrics, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_12.figure import draw_speculation
@@ -208,19 +206,8 @@ def measure_engine(model_path: str, dtype: str, tokenizer, eos_ids, w: Workload,
                     answers.append(Answer(name, k, [tokenizer.decode([t]) for t in
                                                     run.outputs[0]], run.output_was_guess[0]))
     del model   # vLLM's server needs the memory
-    give_memory_back()
+    memory.give_memory_back()
     return runs, answers
-
-
-def give_memory_back() -> None:
-    """Collect, then hand the freed heap back to the OS (glibc's malloc_trim): the many
-    mid-sized buffers of choose_kernels' candidates and of the model, once freed, otherwise stay
-    with the process, most of a GB of it beside the vLLM server. Elsewhere than glibc: nothing."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 # --- part 3: vLLM --------------------------------------------------------------------------------

@@ -26,8 +26,6 @@ insights (report.py), the figure (figure.py).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import os
 import subprocess
@@ -114,16 +112,18 @@ def load(path: str, dtype: str, args, compiled: bool):
     before, start = rss_bytes(), time.perf_counter()
     model.choose_kernels((1, args.max_batch))
 
-    def new_engine() -> LLMEngine:
+    def new_engine(warm_up: bool = True) -> LLMEngine:
         """An engine, warmed up: the first compiles; the next ones find the process's graphs."""
         eng = LLMEngine(model, eos, EngineConfig(
             kv_bytes=settings.KV_CACHE_BYTES, page_size=PAGE_SIZE, max_batch=args.max_batch,
             max_model_len=settings.MAX_MODEL_LEN, compile_model=compiled),
             profiler=StepProfiler())   # part 1's phases; what timing costs: task 9
-        new_engine.warm = eng.warm_up()
+        if warm_up:
+            eng.warm_up()
         return eng
-    first = new_engine()            # kept until the RSS is read: its KV pool counts
-    seconds, added, warm = time.perf_counter() - start, rss_bytes() - before, new_engine.warm
+    first = new_engine(warm_up=False)     # kept until the RSS is read: its KV pool counts
+    warm = first.warm_up()
+    seconds, added = time.perf_counter() - start, rss_bytes() - before
     del first
     return model, new_engine, (seconds, added, warm.graphs if warm else 0)
 
@@ -162,7 +162,7 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
     eager, eager_tokens = measure(new_engine, warm, workload)
     machine = profile.machine_bounds(model, dtype, list(eager.phases))
     del model, new_engine
-    free_memory()
+    memory.give_memory_back()
     why_not = why_not_compiled()
     if why_not:
         return eager, machine, None, why_not, 0
@@ -170,18 +170,8 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
     model, new_engine, warm = load(path, dtype, args, compiled=True)
     compiled, tokens = measure(new_engine, warm, workload)
     del model, new_engine
-    free_memory()
+    memory.give_memory_back()
     return eager, machine, compiled, None, sum(a == b for a, b in zip(eager_tokens, tokens))
-
-
-def free_memory() -> None:
-    """Give the models' memory back before part 3's processes start (glibc keeps freed memory
-    unless asked: the lab's peak counts this process beside them)."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
 
 
 # --- part 3: vLLM, a fresh process each way -----------------------------------------------------

@@ -10,6 +10,8 @@ tree comes from psutil too (Process.children(recursive=True)).
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 
 import psutil
@@ -82,3 +84,15 @@ class PeakMemory(Poller):
         self.num_samples += 1
         if total > self.peak_bytes:
             self.peak_bytes, self.peak_processes = total, num_processes
+
+
+def give_memory_back() -> None:
+    """Collect, then hand the freed heap back to the OS (glibc's malloc_trim): the many
+    mid-sized buffers of a model and of choose_kernels' candidates, once freed, otherwise stay
+    with the process, most of a GB of it, beside the vLLM processes a task starts next (tasks 12
+    and 13) and counted in the step's peak. Elsewhere than glibc: nothing."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

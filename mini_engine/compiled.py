@@ -56,7 +56,7 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-from mini_engine.model import Batch, DecoderLayer, Llama
+from mini_engine.model import Batch, DecoderLayer, Llama, apply_linear
 from mini_engine.profiler import NoProfiler
 
 if TYPE_CHECKING:
@@ -199,22 +199,25 @@ class CompiledForward:
 
     def forward(self, batch: Batch, kv_cache: list[torch.Tensor],
                 profiler: StepProfiler | None = None) -> torch.Tensor:
-        """Logits (S, V), as Llama.forward. After the warm-up no call compiles: a graph it would
+        """Logits (S, V), as Llama.forward, once warmed up: no call compiles, a graph it would
         need is an error (torch's fail_on_recompile). A profiler times the products and the
         attention inside the graph (the custom ops time themselves); the rest of the graph, the
         fused pointwise work, is the rest of the forward."""
-        m = self.model
+        if not self.warm:
+            raise RuntimeError("compile_model: call engine.warm_up() before the first step "
+                               "(a step never compiles)")
+        with torch.compiler.set_stance("fail_on_recompile"):
+            return self._forward(batch, kv_cache, profiler)
+
+    def _forward(self, batch: Batch, kv_cache: list[torch.Tensor],
+                 profiler: StepProfiler | None) -> torch.Tensor:
+        m, profiler = self.model, profiler or NoProfiler()
         # a step of one row runs as two (the second a copy, its attention and K/V left out), so
         # that one graph, compiled for T >= 2, serves every step: torch would specialize T = 1
-        rows = batch.input_ids if batch.num_rows > 1 else batch.input_ids.repeat(2)
-        positions = batch.positions if batch.num_rows > 1 else batch.positions.repeat(2)
-        x = m.embed[rows]                                                             # (T, C)
-        cos = m.cos[positions][:, None]
-        sin = m.sin_signed[positions][:, None]
-        stance = "fail_on_recompile" if self.warm else "default"
-        with (torch.compiler.set_stance(stance),
-              torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
-              forward_context(batch, profiler or NoProfiler())):
+        copies = 1 if batch.num_rows > 1 else 2
+        x, cos, sin = m.embed_rows(batch.input_ids.repeat(copies), batch.positions.repeat(copies))
+        with (torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
+              forward_context(batch, profiler)):
             layers = compiled_layers(self.number, m.eps, m.num_heads, m.num_kv_heads)
             for t in (x, cos, sin):
                 torch._dynamo.maybe_mark_dynamic(t, 0)          # the rows T
@@ -222,17 +225,13 @@ class CompiledForward:
                 torch._dynamo.maybe_mark_dynamic(pool, 0)       # engine's, not the graph's
                 torch._dynamo.maybe_mark_dynamic(pool, 1)
             x = layers(x, cos, sin, kv_cache, self.norms)
-        if not len(batch.logit_rows):
-            return torch.empty(0, m.shape.vocab_size)
-        x = m.rms_norm(x[batch.logit_rows], m.final_norm)
-        lm_head = m.lm_head if profiler is None else profiler.timed("matmul", m.lm_head)
-        return lm_head(x).float()
+        return m.logits(x, batch.logit_rows, profiler.timed("matmul", apply_linear))
 
     def warm_up(self, batches: list[Batch], kv_cache: list[torch.Tensor]) -> WarmUp:
         """Run these batches (the engine's: rows that write only its scratch page), compiling
         what they need; from then on nothing compiles."""
         graphs, start = num_graphs(), time.perf_counter()
         for batch in batches:
-            self.forward(batch, kv_cache)
+            self._forward(batch, kv_cache, None)
         self.warm = True
         return WarmUp(time.perf_counter() - start, num_graphs() - graphs)

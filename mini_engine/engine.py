@@ -161,9 +161,6 @@ class LLMEngine:
                                        s.num_cached, s.page_table, num_logits=num_logits))
         batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
                            self.model.dtype)
-        if self.compiled and not self.compiled.warm:
-            raise RuntimeError("compile_model: call engine.warm_up() before the first step "
-                               "(a step never compiles)")
         logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)

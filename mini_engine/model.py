@@ -181,7 +181,7 @@ class DecoderLayer:
 LAYER_KINDS = (*DecoderLayer.LINEARS, "lm_head")
 
 
-def _apply(layer: lin.Linear, x: torch.Tensor) -> torch.Tensor:
+def apply_linear(layer: lin.Linear, x: torch.Tensor) -> torch.Tensor:
     """x (T, in) -> (T, out) through the layer's kernel."""
     return layer(x)
 
@@ -312,14 +312,12 @@ class Llama:
         pool per layer (kv_cache_shape), the caller's, read and written through the batch's
         slots. A profiler, if given, times the matmuls and the attention
         (mini_engine/profiler.py); without one they run as they are."""
-        linear, attention = _apply, self.attention
+        linear, attention = apply_linear, self.attention
         if profiler is not None:
             linear = profiler.timed("matmul", linear)
             attention = profiler.timed("attention", attention)
         T, H, KVH, D = batch.num_rows, self.num_heads, self.num_kv_heads, self.head_dim
-        x = self.embed[batch.input_ids]                                             # (T, C)
-        cos = self.cos[batch.positions][:, None]
-        sin = self.sin_signed[batch.positions][:, None]
+        x, cos, sin = self.embed_rows(batch.input_ids, batch.positions)
         for layer, pool in zip(self.layers, kv_cache, strict=True):
             h = self.rms_norm(x, layer.input_norm)
             qkv = linear(layer.qkv, h).view(T, H + 2 * KVH, D)
@@ -329,7 +327,18 @@ class Llama:
             h = self.rms_norm(x, layer.post_norm)
             gate, up = linear(layer.gate_up, h).chunk(2, dim=-1)
             x = x + linear(layer.down, F.silu(gate) * up)                          # SwiGLU
-        if not len(batch.logit_rows):              # every row a chunk short of its prompt's end
+        return self.logits(x, batch.logit_rows, linear)
+
+    # --- the two ends of a forward, eager or compiled (mini_engine/compiled.py) -------------
+    def embed_rows(self, input_ids: torch.Tensor, positions: torch.Tensor):
+        """x (T, C), and the RoPE tables of the rows' positions: cos, sin_signed (T, 1, D)."""
+        return (self.embed[input_ids], self.cos[positions][:, None],
+                self.sin_signed[positions][:, None])
+
+    def logits(self, x: torch.Tensor, logit_rows: torch.Tensor, linear=apply_linear) -> torch.Tensor:
+        """(S, V) float logits of the wanted rows of x, the final norm and the LM head through
+        linear (apply_linear, or a profiler's timed version of it)."""
+        if not len(logit_rows):                    # every row a chunk short of its prompt's end
             return torch.empty(0, self.shape.vocab_size)
-        x = self.rms_norm(x[batch.logit_rows], self.final_norm)                       # (S, C)
+        x = self.rms_norm(x[logit_rows], self.final_norm)                             # (S, C)
         return linear(self.lm_head, x).float()                                       # (S, V)

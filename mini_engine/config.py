@@ -34,6 +34,15 @@ class EngineConfig:
     # task 13: the decoder layers as one graph of torch.compile (inductor), compiled at the
     # engine's warm_up (mini_engine/compiled.py); off: the eager forward of model.py
     compile_model: bool = False
+    # issue 29: one attention call reads at most this many context slots (its requests x their
+    # longest context); a larger group attends in several calls (model.split_by_context). A call
+    # gathers its keys and values before attending. One call over 16 contexts of 16 to 1,024
+    # tokens, each padded to the longest, took 3x as long as calls of two requests each; at
+    # nearly equal contexts (900-1,024), where little is padded, 2.5x (a large copy outgrowing
+    # the core's cache would explain it; not measured). 2,048 was at most 16 %
+    # above the best cap in each case measured, bf16 and fp32 (docs/measurements.md, issue 29);
+    # at the lab's short contexts the whole decode batch stays one call.
+    attention_call_slots: int = 2048
 
     def __post_init__(self):
         for f in fields(self):
@@ -42,7 +51,8 @@ class EngineConfig:
             # bool is an int in Python: a flag passed as a count (or a count as a flag) is refused
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
                 raise ValueError(f"EngineConfig.{f.name} must be {f.type}, not {value!r}")
-        for name in ("kv_bytes", "page_size", "max_batch", "max_model_len"):
+        for name in ("kv_bytes", "page_size", "max_batch", "max_model_len",
+                     "attention_call_slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be at least 1, not "
                                  f"{getattr(self, name)}")

@@ -160,7 +160,7 @@ class LLMEngine:
             chunks.append(RequestChunk(s.token_ids[s.num_cached:end] + s.spec_token_ids,
                                        s.num_cached, s.page_table, num_logits=num_logits))
         batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
-                           self.model.dtype)
+                           self.model.dtype, self.config.attention_call_slots)
         logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)

@@ -5,8 +5,9 @@ the linear layers run on all of them at once. Only attention needs to know which
 belongs to. Its K and V go into a pool of pages, [num_pages, page_size, 2 (K, V), kv_heads,
 head_dim] per layer, through the slot mapping (vLLM's reshape_and_cache); each request then reads
 its context back through its page table (vLLM's block table) and attends to it under a causal
-mask. Requests decoding one token and requests prefilling several attend in two groups, as
-vLLM's attention backends split decode from prefill: a decode step pads no query. The pools
+mask. Requests decoding one token and requests prefilling several attend apart, as vLLM's
+attention backends split decode from prefill: a decode step pads no query. Long contexts are
+split further, into calls of a bounded size (split_by_context). The pools
 are not the model's: whoever runs it allocates them and hands them to forward, as vLLM's model
 runner (nano-vllm's ModelRunner.allocate_kv_cache) keeps the KV cache beside the model, not in
 it. A model that held them would be one pool shared by every engine built on it.
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from mini_engine import linear as lin
+from mini_engine.config import EngineConfig
 
 if TYPE_CHECKING:
     from mini_engine.profiler import StepProfiler
@@ -62,7 +64,8 @@ class GroupMember(NamedTuple):
 @dataclass
 class Group:
     """Requests that attend together: B requests of at most Q new tokens each, over contexts of at
-    most L tokens. Decoding requests (Q = 1) form one group, prefilling ones another."""
+    most L tokens. Decoding requests (Q = 1) attend apart from prefilling ones, each kind in
+    groups of a bounded number of padded context slots (split_by_context)."""
     query_rows: torch.Tensor     # (B*Q,) row of each request's q-th new token (a shorter request
                                  # repeats its last row; those queries are computed, then dropped)
     context_slots: torch.Tensor  # (B*L,) pool slot of each request's context position
@@ -81,7 +84,7 @@ class Batch:
     input_ids: torch.Tensor      # (T,)
     positions: torch.Tensor      # (T,) position of each row in its request
     slot_mapping: torch.Tensor   # (T,) pool slot each row's K/V is written to
-    groups: list[Group]          # decode and prefill, each attended in one call
+    groups: list[Group]          # decode and prefill apart, each in calls of a bounded size
     logit_rows: torch.Tensor     # (S,) the rows whose logits are wanted: each request's last
                                  # num_logits rows (none for a chunk short of its prompt's end)
     num_rows: int
@@ -113,8 +116,24 @@ def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
                  rows[valid], len(members), num_q, num_ctx)
 
 
+def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[GroupMember]]:
+    """Members in calls of at most call_slots padded context slots (a call's requests x its
+    longest context; one request alone may have more), neighbours by context length so that
+    little is padded. One call keeps the rows' own order. Why calls are bounded: config.py."""
+    ends = [m.start_pos + m.num_queries for m in members]
+    if not members or len(members) * max(ends) <= call_slots:
+        return [members] if members else []
+    parts: list[list[GroupMember]] = [[]]
+    for end, m in sorted(zip(ends, members), key=lambda e: e[0]):
+        if parts[-1] and (len(parts[-1]) + 1) * end > call_slots:
+            parts.append([])
+        parts[-1].append(m)
+    return parts
+
+
 def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1,
-               dtype: torch.dtype = torch.float32) -> Batch:
+               dtype: torch.dtype = torch.float32,
+               call_slots: int = EngineConfig.attention_call_slots) -> Batch:
     """Every request's chunk as rows of one batch, its K/V slots, and its attention group."""
     rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
     for chunk in chunks:
@@ -125,7 +144,8 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
             rows_pos.append(pos)
             rows_slot.append(chunk.page_table[pos // page_size] * page_size + pos % page_size
                              if chunk.write_slot is None else chunk.write_slot)
-    groups = [make_group(g, page_size, heads_per_kv, dtype) for g in (decode, prefill) if g]
+    groups = [make_group(part, page_size, heads_per_kv, dtype)
+              for members in (decode, prefill) for part in split_by_context(members, call_slots)]
     ends = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0).tolist()
     logit_rows = torch.tensor([row for c, end in zip(chunks, ends)
                                for row in range(end - c.num_logits, end)], dtype=torch.long)

@@ -68,6 +68,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.block_manager import cdiv
+from mini_engine.model import GroupMember, split_by_context
 from mini_engine.proposer import NgramProposer
 from mini_engine.scheduler import step_bound
 from tests.conftest import SMALL_VOCAB as VOCAB     # tiny_llama's vocabulary
@@ -132,7 +133,10 @@ def engine_settings(draw, page_size: int) -> dict:
                                 least + extra)),
             # task 13: the forward compiled; torch keeps the graphs for the process, so the
             # search compiles once, at the first case that draws it
-            "compile_model": draw(st.booleans())}
+            "compile_model": draw(st.booleans()),
+            # issue 29: attention in calls of at most this many context slots; 1 and 12 split a
+            # batch into calls of one or a few requests (mini_engine's default keeps it whole)
+            "attention_call_slots": draw(st.sampled_from([2048, 1, 12]))}
 
 
 @st.composite
@@ -221,7 +225,8 @@ def test_scheduler_invariants(tiny_llama, case):
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
-        compile_model=case["compile_model"]))
+        compile_model=case["compile_model"],
+        attention_call_slots=case["attention_call_slots"]))
     eng.warm_up()
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
@@ -402,7 +407,8 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         num_speculative_tokens=case["k"], prompt_lookup_min=case["n"][0],
-        prompt_lookup_max=case["n"][1], compile_model=case["compile_model"]))
+        prompt_lookup_max=case["n"][1], compile_model=case["compile_model"],
+        attention_call_slots=case["attention_call_slots"]))
     eng.warm_up()
     proposer = NgramProposer(case["k"], *case["n"])
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"],
@@ -450,3 +456,19 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
               f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")
     event(f"an EOS among the kept guesses: "
           f"{any(s.output_was_guess[-1:] == [True] and s.output_ids[-1] in eos for s in seqs)}")
+
+
+@given(members=st.lists(st.tuples(st.integers(0, 100), st.integers(1, 8)), max_size=20),
+       call_slots=st.integers(1, 300))
+def test_attention_calls_hold_every_request_once_within_their_slots(members, call_slots):
+    """split_by_context (issue 29): every request in exactly one call; a call of several requests
+    reads at most call_slots padded slots; calls are neighbours by context length; a batch that
+    fits stays one call in its rows' order (the forward's shortcut for one call relies on it)."""
+    members = [GroupMember(row, n, start, []) for row, (start, n) in enumerate(members)]
+    parts = split_by_context(members, call_slots)
+    assert sorted(m for part in parts for m in part) == members
+    ends = [[m.start_pos + m.num_queries for m in part] for part in parts]
+    assert all(len(e) == 1 or len(e) * max(e) <= call_slots for e in ends)
+    assert all(max(a) <= min(b) for a, b in zip(ends, ends[1:]))
+    if len(parts) == 1:
+        assert parts[0] == members

@@ -6,7 +6,7 @@ those products run many small operations (RMSNorm, RoPE, SiLU, the residual adds
 from Python, 30 layers deep. That is what a compiler fuses, and what vLLM compiles by default on
 a CPU (torch.compile with inductor). The source turned it off (enforce_eager=True,
 TORCHDYNAMO_DISABLE=1) to save memory on its 4 GB VM, and the lab copied it: this task measures
-what that choice cost. It prints three parts:
+what that choice cost. It prints four parts:
 1. Where a decode step of mini_engine goes, eager: the matmuls, attention and the rest, at batch
    1 and at the cap, against two floors (one read of the weights; the matmuls timed alone).
 2. The same engine compiled (EngineConfig.compile_model, mini_engine/compiled.py): the same
@@ -14,13 +14,17 @@ what that choice cost. It prints three parts:
    greedy tokens changed.
 3. vLLM offline, the source's enforce_eager=True against its default compilation, each in a fresh
    process: start-up, peak memory (PSS), tokens/s at 1 request and at many, the greedy text.
+4. Attention as the context grows (128 to 1,024 tokens), at batch 1 and at the cap: mini_engine's
+   gather-then-attend, in bounded calls and in one padded call, against vLLM's kernel, which reads
+   the pages in place. benchmarks/long_context.py measures whole runs at such contexts.
 
 This file sets up and measures, then prints; beside it in lessons/task_13/: part 3's fresh
-process (vllm_run.py), the record and the summary's row (record.py), the printing and the
-insights (report.py), the figure (figure.py).
+process (vllm_run.py), part 4's measurement (attention.py), the record and the summary's row
+(record.py), the printing and the insights (report.py), the figure (figure.py).
 
     python task_13_compiled_step.py [--requests 48] [--mean-output 10] [--max-batch 16]
-        [--vllm-requests 16] [--vllm-tokens 64] [--vllm-modes eager,compiled] [--quick]
+        [--vllm-requests 16] [--vllm-tokens 64] [--vllm-modes eager,compiled]
+        [--contexts 128,256,512,1024] [--quick]
         [--no-vllm] [--model M] [--dtype auto|bfloat16|float32]
 """
 from __future__ import annotations
@@ -36,8 +40,10 @@ import time
 import psutil
 
 from common import cli, figures, memory, report, results, server, settings
+from lessons.task_13 import attention
 from lessons.task_13.figure import draw_step
-from lessons.task_13.record import CompiledStep, EngineMode, Settings, VllmMode, summary_row
+from lessons.task_13.record import (AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode,
+                                    summary_row)
 from lessons.task_13.report import print_header, print_report
 from lessons.task_9 import profile
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
@@ -46,11 +52,11 @@ from mini_engine.engine import eos_token_ids
 SCRIPT = "task_13_compiled_step"
 VLLM_MODES = ("eager", "compiled")
 DEFAULTS = {"requests": 48, "mean_output": 10, "vllm_requests": 16, "vllm_tokens": 64,
-            "vllm_modes": list(VLLM_MODES)}
+            "vllm_modes": list(VLLM_MODES), "contexts": [128, 256, 512, 1024]}
 # --quick leaves out vLLM compiled: its start alone, compiling with a cold cache, is over a minute
 # on one core (docs/measurements.md), and the check --quick makes runs its code path eager
 QUICK = {"requests": 8, "mean_output": 8, "vllm_requests": 4, "vllm_tokens": 16,
-         "vllm_modes": ["eager"]}
+         "vllm_modes": ["eager"], "contexts": [128, 1024]}
 PAGE_SIZE = 16
 VLLM_TIMEOUT_S = 600    # a compiled start is over a minute (SPEC.md); on one core, longer
 
@@ -83,10 +89,13 @@ def parse_args(argv: list[str] | None):
                        help=f"part 3: tokens an answer (default {DEFAULTS['vllm_tokens']})")
     group.add_argument("--vllm-modes", type=vllm_modes, default=None,
                        help="part 3: which of eager,compiled to run (default both)")
+    group.add_argument("--contexts", type=cli.int_list, default=None,
+                       help="part 4: the contexts attended over, in tokens (default "
+                            f"{','.join(map(str, DEFAULTS['contexts']))})")
     group.add_argument("--quick", action="store_true",
                        help="a smaller run: --requests 8 --mean-output 8 --vllm-requests 4 "
-                            "--vllm-tokens 16 --vllm-modes eager (flags given win); mini_engine "
-                            "still compiles")
+                            "--vllm-tokens 16 --vllm-modes eager --contexts 128,1024 (flags "
+                            "given win); mini_engine still compiles")
     group.add_argument("--no-vllm", action="store_true", help="skip part 3 (vLLM)")
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
@@ -153,8 +162,9 @@ def measure(new_engine, warm_up, workload) -> tuple[EngineMode, list[list[int]]]
 
 
 def mini_engine_parts(path: str, dtype: str, args, workload, progress):
-    """Parts 1-2: (eager, the floors, compiled or None, why not compiled or None, requests whose
-    greedy tokens both ways gave alike). One model at a time: each is freed before the next."""
+    """Parts 1, 2 and 4's mini_engine side: (eager, the floors, the attention sweep, compiled or
+    None, why not compiled or None, requests whose greedy tokens both ways gave alike). One model
+    at a time: each is freed before the next."""
     from mini_engine.compiled import why_not_compiled
 
     progress("Part 1: mini_engine eager (kernels chosen)...")
@@ -164,26 +174,29 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
     del model, new_engine
     memory.give_memory_back()
     why_not = why_not_compiled()
-    if why_not:
-        return eager, machine, None, why_not, 0
-    progress("Part 2: mini_engine compiled (compiling at warm-up)...")
-    model, new_engine, warm = load(path, dtype, args, compiled=True)
-    compiled, tokens = measure(new_engine, warm, workload)
-    del model, new_engine
+    compiled, num_identical = None, 0
+    if not why_not:
+        progress("Part 2: mini_engine compiled (compiling at warm-up)...")
+        model, new_engine, warm = load(path, dtype, args, compiled=True)
+        compiled, tokens = measure(new_engine, warm, workload)
+        num_identical = sum(a == b for a, b in zip(eager_tokens, tokens))
+        del model, new_engine
+        memory.give_memory_back()
+    # last, so that its pools (hundreds of MB at the cap) come and go after the timed workloads
+    progress("Part 4: mini_engine's attention at longer contexts...")
+    sweep = AttentionSweep(args.contexts, *attention.mini_engine_sweep(
+        Llama(path, dtype), [1, args.max_batch], args.contexts))
     memory.give_memory_back()
-    return eager, machine, compiled, None, sum(a == b for a, b in zip(eager_tokens, tokens))
+    return eager, machine, sweep, compiled, why_not, num_identical
 
 
 # --- part 3: vLLM, a fresh process each way -----------------------------------------------------
-def run_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> VllmMode:
-    """One way, in a fresh process, its memory sampled; a failure is a ServerError, which
-    cli.run prints in one line."""
-    cmd = [sys.executable, "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype,
-           "--mode", mode, "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens),
-           "--max-num-seqs", str(s.max_batch), "--workload", workload_file]
+def run_child(what: str, cmd: list[str]) -> tuple[dict, int]:
+    """A fresh process of ours (vLLM in it), its memory sampled: (the JSON line it printed last,
+    its peak PSS). A failure is a ServerError, which cli.run prints in one line."""
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=settings.REPO_DIR)
+    proc = subprocess.Popen([sys.executable, "-m", *cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=settings.REPO_DIR)
     try:
         with memory.PeakMemory(proc.pid) as peak:
             out, err = proc.communicate(timeout=VLLM_TIMEOUT_S)
@@ -193,12 +206,30 @@ def run_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) 
         raise
     last = (err.strip().splitlines() or ["no output"])[-1]
     if proc.returncode != 0:
-        raise server.ServerError(f"vLLM {mode} exited with code {proc.returncode}: {last}")
+        raise server.ServerError(f"{what} exited with code {proc.returncode}: {last}")
     try:
-        found = json.loads(out.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1]), peak.peak_bytes
     except (IndexError, json.JSONDecodeError):
-        raise server.ServerError(f"vLLM {mode} printed no result: {last}") from None
-    return VllmMode(**found, peak_pss_bytes=peak.peak_bytes)
+        raise server.ServerError(f"{what} printed no result: {last}") from None
+
+
+def run_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> VllmMode:
+    """One way, in a fresh process, its memory sampled."""
+    found, peak = run_child(f"vLLM {mode}", [
+        "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype, "--mode", mode,
+        "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens),
+        "--max-num-seqs", str(s.max_batch), "--workload", workload_file])
+    return VllmMode(**found, peak_pss_bytes=peak)
+
+
+def vllm_attention(path: str, dtype: str, s: Settings,
+                   contexts: list[int]) -> dict[int, list[float]]:
+    """Part 4's vLLM side: its attention kernel at each context, in a process of its own (part
+    3's processes measure vLLM's memory, which this one's pools would swell)."""
+    found, _ = run_child("vLLM's attention", [
+        "lessons.task_13.attention", "--model", path, "--dtype", dtype,
+        "--batches", f"1,{s.max_batch}", "--contexts", ",".join(map(str, contexts))])
+    return {int(batch): ms for batch, ms in found.items()}
 
 
 def measure_vllm(path: str, dtype: str, s: Settings, modes: list[str], why_not: str | None,
@@ -238,15 +269,17 @@ def main(argv: list[str] | None = None) -> CompiledStep:
     workload = make_workload(tokenizer, args.requests, args.mean_output, settings.SEED)
     progress = report.progress_clock()
 
-    eager, machine, compiled, why_not, num_identical = mini_engine_parts(
+    eager, machine, sweep, compiled, why_not, num_identical = mini_engine_parts(
         model_choice.path, dtype.dtype, args, workload, progress)
     record = CompiledStep(s, machine, eager, compiled, why_not, num_identical, len(workload),
-                          header=results.RunHeader.of(model_choice, dtype,
-                                                      torch.get_num_threads()))
+                          attention=sweep, header=results.RunHeader.of(model_choice, dtype,
+                                                                       torch.get_num_threads()))
     if not args.no_vllm:
         record.vllm, record.vllm_skipped = measure_vllm(model_choice.path, dtype.dtype, s,
                                                         args.vllm_modes, why_not, workload,
                                                         progress)
+        progress("Part 4: vLLM's attention, in its own process...")
+        sweep.vllm_ms = vllm_attention(model_choice.path, dtype.dtype, s, args.contexts)
     progress("done")
 
     print_report(record)

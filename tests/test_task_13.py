@@ -59,7 +59,7 @@ def test_the_summary_row():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_13_report.insight(hand_result())
-    assert len(lines) == 5
+    assert len(lines) == 6
     # the rest at 16: 6.5 -> 3.0 ms; the step 33.5 / 37.0 = 0.91x; tokens/s 308 / 280 = 1.10x;
     # 41 s of warm-up
     assert_says(lines[0], "batch 16", "6.5 -> 3.0 ms", "22.0 -> 22.0 ms", "0.91x", "1.10x",
@@ -75,6 +75,11 @@ def test_the_insight_says_what_the_figures_show():
     # task 9's workload: 280 / 250 = 1.12x eager, 308 / 280 = 1.10x compiled
     assert_says(lines[4], "1.12x", "1.10x", branch="vLLM more than mini_engine",
                 not_branch="mini_engine as much")
+    # part 4 at 1,024 and 16: 124.2 ms (one call 183.8), 124.2 / 18.5 = 6.7x; vLLM 41.4 ms,
+    # 41.4 / 5.2 = 8.0x; 124.2 / 41.4 = 3.0x now, 18.5 / 5.2 = 3.6x at 128
+    assert_says(lines[5], "1,024", "16 requests", "124.2 ms", "183.8 ms", "6.7x", "128",
+                "41.4 ms", "8.0x", "3.0x", "3.6x at 128",
+                branch=("in place", "did not grow"), not_branch=("kept up", "that grew"))
 
 
 def test_the_insight_changes_when_the_figures_do():
@@ -97,12 +102,22 @@ def test_the_insight_changes_when_the_figures_do():
     record.vllm["compiled"].batch_tokens_per_s = 405.0       # 0.90x: compiling cost speed
     assert_says(task_13_report.insight(record)[3], "-10%", "+8%", branch="no trade to weigh",
                 not_branch=("right trade", "wrong trade"))
+    record.attention.mini_ms[16][-1] = 250.0                 # 250 / 41.4 = 6.0x > 3.6x
+    assert_says(task_13_report.insight(record)[5], "250.0 ms", "6.0x", "3.6x at 128",
+                branch="that grew", not_branch=("did not grow", "kept up"))
+    record.attention.mini_ms[16][-1] = 40.0                  # below vLLM's 41.4
+    assert_says(task_13_report.insight(record)[5], "40.0 ms", "41.4 ms", branch="kept up",
+                not_branch=("in place, a gap", "grew"))
+    record.attention.vllm_ms = None                          # vLLM not run: mini_engine only
+    assert_says(task_13_report.insight(record)[5], "40.0 ms", "183.8 ms",
+                not_branch=("vLLM", "kept up"))
     # attention the largest part left: no claim about the weights' read
     record.compiled.phases[16] = record.eager.phases[16].__class__(
         5e-3, 20e-3, 3.0e-3, 1.5e-3, 0.5e-3, step_s=30e-3, num_steps=9)
     assert_says(task_13_report.insight(record)[1], "attention", "67%",
                 not_branch="one read of the weights")
     record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
+    record.attention = None
     assert task_13_report.insight(record) == ["mini_engine was not compiled here: no C++ "
                                               "compiler here"]
 
@@ -115,6 +130,9 @@ def test_the_report_prints_every_part(capsys):
     assert "38 of 48 requests identical" in out and "15 of 16 answers the same" in out
     assert "1.33x at 1, 1.30x at 16" in out            # 56 / 42, 585 / 450
     assert "280.0, vLLM 250.0 tok/s: 1.12x vLLM" in " ".join(out.split())
+    # part 4's row at 1,024: mini 1, vLLM 1, one call 16, mini 16, vLLM 16
+    assert ["1,024", "9.8", "2.7", "183.8", "124.2", "41.4"] in [
+        line.replace("│", " ").split() for line in out.splitlines()]
     record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
     task_13_report.print_report(record)
     out = " ".join(capsys.readouterr().out.split())      # the lines as one, wherever they wrap
@@ -126,6 +144,8 @@ def test_the_figure_reads_well():
     results.save(task13.SCRIPT, record)
     assert_figure_reads_well(task13.FIGURES[0][1](record), record)
     record.vllm = None
+    assert len(task13.FIGURES[0][1](record).axes) == 2      # mini_engine's step, and part 4
+    record.attention = None
     fig = task13.FIGURES[0][1](record)
     assert len(fig.axes) == 1
     figures.plt().close("all")
@@ -147,6 +167,10 @@ def test_task_13_on_the_tiny_model(tiny_model, capsys):
     assert all(len(m.texts) == 4 and m.peak_pss_bytes > 0 and m.workload_tokens_per_s > 0
                for m in record.vllm.values())
     assert record.over_vllm("eager") and record.over_vllm("compiled")
+    sweep = record.attention                      # part 4: both engines at 1 and the cap
+    assert sweep.contexts == [128, 1024]          # --quick's
+    assert all(set(ms) == {1, 4} and all(len(v) == 2 and min(v) > 0 for v in ms.values())
+               for ms in (sweep.one_call_ms, sweep.mini_ms, sweep.vllm_ms))
     assert results.load(task13.SCRIPT, CompiledStep) == record
     assert summary_row(record).startswith("mini_engine ") and ", vLLM " in summary_row(record)
     assert_fits(capsys.readouterr().out)          # the progress lines too
@@ -168,6 +192,7 @@ def test_where_nothing_can_be_compiled_the_eager_parts_still_run(tiny_model, mon
     (["--vllm-tokens", "120"], "must fit max_model_len 128"),
     (["--requests", "0"], "--requests"),
     (["--vllm-modes", "eager,fast"], "give eager, compiled or both"),
+    (["--contexts", "128,0"], "--contexts"),
 ])
 def test_bad_flags_get_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -185,4 +210,5 @@ def test_task_13_on_the_real_model(lab_run):
     assert record.num_requests == 8 and 0 <= record.num_identical <= 8
     assert list(record.vllm) == ["eager"] and record.vllm["eager"].enforce_eager
     assert len(record.vllm["eager"].texts) == 4 and "compiled out" in record.vllm_skipped
+    assert set(record.attention.vllm_ms) == set(record.attention.mini_ms) == {1, 16}
     assert lab_run.row(task13.SCRIPT) == summary_row(record)

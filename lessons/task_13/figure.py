@@ -4,7 +4,9 @@ step's time at batch 1 and at the cap, eager and compiled, each bar split into i
 lines: one read of the weights at the measured bandwidth, and the model's matmuls timed alone.
 Right, vLLM, eager (the source's) and compiled: a step's time as its tokens/s give it (requests /
 tokens per second: vLLM's phases are not timed from outside), at 1 request and at its batch, the
-same floors drawn. A pure function of the saved record (lessons/task_13/record.py), read by
+same floors drawn. Last, part 4: a decode step's attention against the context, both engines
+at 1 request and at the cap (mini_engine also in one padded call). A pure function of the saved
+record (lessons/task_13/record.py), read by
 attribute."""
 from __future__ import annotations
 
@@ -70,13 +72,42 @@ def vllm_panel(ax, res) -> None:
     ax.set_title("vLLM: eager (the source's) and compiled")
 
 
+def attention_panel(ax, res) -> None:
+    """Part 4: a decode step's attention (ms) against the context, one line a way and batch."""
+    a = res.attention
+    cap = a.cap
+    lines = [("mini", 1, "mini_engine, 1 request", 0, "-"),
+             ("vllm", 1, "vLLM, 1 request", 6, "-"),
+             ("one_call", cap, f"mini_engine, {cap}, one padded call", 2, ":"),
+             ("mini", cap, f"mini_engine, {cap} requests", 0, "--"),
+             ("vllm", cap, f"vLLM, {cap} requests", 6, "--")]
+    for which, batch, label, color, style in lines:
+        ms = [a.at(which, batch, L) for L in a.contexts]
+        if None not in ms:
+            ax.plot(a.contexts, ms, style, marker="o", color=figures.color(color), label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(a.contexts, [f"{L:,}" for L in a.contexts])
+    ax.set_xlabel("context of each request (tokens)")
+    ax.set_yscale("log")         # batch 1 and the cap, two orders of magnitude apart
+    ax.set_ylabel("a decode step's attention (ms, log scale)")
+    ax.set_title("Attention as the context grows")
+    ax.legend(loc="upper left", fontsize=8)
+
+
 def draw_step(res):
-    fig, axes = figures.figure(5.0, 1, 2 if res.vllm else 1, squeeze=False)
-    engine_panel(axes[0][0], res)
+    """mini_engine's panel and vLLM's side by side; part 4's below them, as wide as both."""
+    rows, cols = 1 + bool(res.attention), 1 + bool(res.vllm)
+    fig = figures.plt().figure(figsize=(figures.WIDTH_IN, 5.0 * rows), dpi=figures.DPI,
+                               layout="constrained")
+    grid = fig.add_gridspec(rows, cols)
+    top = [fig.add_subplot(grid[0, c]) for c in range(cols)]
+    engine_panel(top[0], res)
     if res.vllm:
-        vllm_panel(axes[0][1], res)
-        top = max(ax.get_ylim()[1] for ax in axes[0])
-        for ax in axes[0]:
-            ax.set_ylim(0, top * 1.15)
-    return figures.finish(fig, "Task 13: a decode step, eager and compiled, against the floors",
-                          res)
+        vllm_panel(top[1], res)
+        highest = max(ax.get_ylim()[1] for ax in top)
+        for ax in top:
+            ax.set_ylim(0, highest * 1.15)
+    if res.attention:
+        attention_panel(fig.add_subplot(grid[1, :]), res)
+    return figures.finish(fig, "Task 13: a decode step, eager and compiled; attention as the "
+                          "context grows", res)

@@ -45,6 +45,29 @@ class VllmMode(results.Record):
 
 
 @dataclass
+class AttentionSweep(results.Record):
+    """Part 4: a decode step's attention, every layer's call, in ms, as the context grows: B
+    requests (1 and the cap) each over a context of L tokens (lessons/task_13/attention.py)."""
+    contexts: list[int]                    # L, tokens
+    one_call_ms: dict[int, list[float]]    # batch -> ms at each L: mini_engine, the batch in one
+                                           # call padded to its longest context (before issue 29)
+    mini_ms: dict[int, list[float]]        # mini_engine, calls of at most attention_call_slots
+    vllm_ms: dict[int, list[float]] | None = None   # vLLM's CPU kernel; None: vLLM not run
+
+    @property
+    def cap(self) -> int:
+        """The larger batch measured: the engine's cap (--max-batch)."""
+        return max(self.mini_ms)
+
+    def at(self, which: str, batch: int, context: int) -> float | None:
+        """ms of one way ("one_call", "mini", "vllm") at this batch and context."""
+        by_batch = getattr(self, f"{which}_ms")
+        if not by_batch or batch not in by_batch:
+            return None
+        return by_batch[batch][self.contexts.index(context)]
+
+
+@dataclass
 class CompiledStep(results.Result):
     settings: Settings
     machine: MachineBounds        # one read of the weights; the matmuls alone (kernel floor)
@@ -55,6 +78,7 @@ class CompiledStep(results.Result):
     num_requests: int = 0
     vllm: dict[str, VllmMode] | None = None   # "eager", "compiled"; None: --no-vllm
     vllm_skipped: str | None = None           # why a vLLM mode did not run, where one did not
+    attention: AttentionSweep | None = None   # part 4
 
     @property
     def cap(self) -> int:

@@ -1,15 +1,16 @@
-"""Task 13's printing: the header, the three parts and the KEY INSIGHT lines, each chosen from the
+"""Task 13's printing: the header, the four parts and the KEY INSIGHT lines, each chosen from the
 figures of the record (lessons/task_13/record.py)."""
 from __future__ import annotations
 
 from common import report
 from lessons.task_13.record import CompiledStep
-from mini_engine import PHASES
+from mini_engine import PHASES, EngineConfig
 
 GB = 1e9
 LABELS = {"matmul": "matmuls", "attention": "attention", "forward_other": "rest of forward",
           "sampling": "sampling", "scheduling": "scheduling"}
 LABEL_WIDTH = 17
+ATTENTION_CALL_SLOTS = EngineConfig.attention_call_slots
 
 
 def print_header(model, dtype, threads: int, s) -> None:
@@ -97,6 +98,55 @@ def print_same_workload(r: CompiledStep) -> None:
                        f"{r.vllm[mode].workload_tokens_per_s:.1f} tok/s: {ratio:.2f}x vLLM")
 
 
+def print_attention(r: CompiledStep) -> None:
+    """Part 4: a decode step's attention at each context, both engines, at 1 and at the cap."""
+    a = r.attention
+    if a is None:
+        return
+    report.section("4. ATTENTION IN A DECODE STEP AS THE CONTEXT GROWS")
+    cap = a.cap
+    columns = [(1, "mini", "mini"), (1, "vllm", "vLLM"), (cap, "one_call", "one call"),
+               (cap, "mini", "mini"), (cap, "vllm", "vLLM")]
+    columns = [c for c in columns if a.at(c[1], c[0], a.contexts[0]) is not None]
+    report.table(["context", *(f"{name} {batch}" for batch, _, name in columns)],
+                 [(f"{L:,}", *(f"{a.at(which, batch, L):.1f}" for batch, which, _ in columns))
+                  for L in a.contexts],
+                 [8] + [14 if which == "one_call" else 10 for _, which, _ in columns])
+    report.note("ms of one decode step's attention calls, one a layer: B requests (1, then "
+                f"{cap}) each over L tokens, their pages scattered over a pool of random values. "
+                "mini_engine gathers each context, then attends (SDPA), in calls of at most "
+                f"{ATTENTION_CALL_SLOTS:,} context slots; one call: the whole batch padded to its "
+                "longest context, as before issue 29. vLLM: its CPU kernel, reading the pages "
+                "in place. Both compiled forwards call these same kernels"
+                + ("" if a.vllm_ms else f"; vLLM not measured: {r.vllm_skipped or '--no-vllm'}"))
+
+
+def attention_line(r: CompiledStep) -> str:
+    """What attention costs at the longest context and the cap, against vLLM's kernel."""
+    a = r.attention
+    cap = a.cap
+    first, last = a.contexts[0], a.contexts[-1]
+    mine, one = a.at("mini", cap, last), a.at("one_call", cap, last)
+    line = (f"At {last:,} tokens of context and {cap} requests, a decode step's attention took "
+            f"{mine:.1f} ms in mini_engine ({one:.1f} ms as one padded call), "
+            f"{mine / a.at('mini', cap, first):.1f}x its {first} tokens' time")
+    theirs = a.at("vllm", cap, last)
+    if theirs is None:
+        return line
+    line += (f"; vLLM's kernel took {theirs:.1f} ms ({theirs / a.at('vllm', cap, first):.1f}x)")
+    if mine > theirs:
+        gap_first = a.at("mini", cap, first) / a.at("vllm", cap, first)
+        line += (f". Gathering each context before attending cost mini_engine "
+                 f"{mine / theirs:.1f}x what vLLM spent reading the pages in place, "
+                 + (f"a gap that grew with the context ({gap_first:.1f}x at {first})"
+                    if mine / theirs > gap_first else
+                    f"a gap that did not grow with the context ({gap_first:.1f}x at {first})"))
+    else:
+        line += ". mini_engine's gather and attend kept up with vLLM's kernel that reads the "
+        line += "pages in place"
+    return line
+
+
 VM_BYTES = 4 * GB      # the source's VM
 
 
@@ -104,7 +154,7 @@ def engine_lines(r: CompiledStep) -> list[str]:
     """What compiling changed in mini_engine's step at the cap, and what its step is left with."""
     cap, e, c = r.cap, r.eager.phases[r.cap], r.compiled.phases[r.cap]
     before, after = 1000 * e.forward_other_s, 1000 * c.forward_other_s
-    verb = "cut" if after < before else "did not shorten"
+    verb = "cut" if round(after, 1) < round(before, 1) else "did not shorten"   # as printed
     lines = [f"Compiling mini_engine's layers {verb} the rest of its step (all but the products "
              f"and attention: the norms, RoPE, SiLU, the adds) at batch {cap}: {before:.1f} -> "
              f"{after:.1f} ms, while its matmuls, the same calls, took {1000 * e.matmul_s:.1f} -> "
@@ -161,6 +211,8 @@ def insight(r: CompiledStep) -> list[str]:
                      f"tokens/s eager and {ratios['compiled']:.2f}x compiled: compiling helped "
                      + ("vLLM more than mini_engine" if ratios["compiled"] < ratios["eager"]
                         else "mini_engine as much as vLLM or more"))
+    if r.attention:
+        lines.append(attention_line(r))
     return lines
 
 
@@ -168,4 +220,5 @@ def print_report(r: CompiledStep) -> None:
     print_engine(r)
     print_vllm(r)
     print_same_workload(r)
+    print_attention(r)
     report.insight(insight(r))

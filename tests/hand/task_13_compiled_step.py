@@ -4,7 +4,7 @@ tests: tests/test_task_13.py."""
 from __future__ import annotations
 
 from common import results
-from lessons.task_13.record import CompiledStep, EngineMode, Settings, VllmMode
+from lessons.task_13.record import AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode
 from lessons.task_9.record import MachineBounds, Phases
 
 HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
@@ -37,7 +37,15 @@ def record(header: results.RunHeader | None = None) -> CompiledStep:
     vllm = {"eager": VllmMode(True, 8.5, 1_400_000_000, 42.0, 450.0, answers, 250.0),
             "compiled": VllmMode(False, 72.5, 1_550_000_000, 56.0, 585.0,
                                  answers[:15] + ["another answer"], 280.0)}
+    # part 4, ms of a decode step's attention at contexts of 128 to 1,024: at 16 and 1,024
+    # mini_engine 124.2 (6.7x its 18.5 at 128), one padded call 183.8, vLLM 41.4 (8.0x its 5.2);
+    # mini_engine over vLLM 3.0x at 1,024, 3.6x at 128: a gap that did not grow
+    sweep = AttentionSweep([128, 256, 512, 1024],
+                           {1: [2.5, 3.9, 5.7, 9.8], 16: [15.9, 25.4, 73.9, 183.8]},
+                           {1: [2.5, 3.9, 5.7, 9.8], 16: [18.5, 28.0, 64.8, 124.2]},
+                           {1: [0.4, 0.8, 1.4, 2.7], 16: [5.2, 11.3, 19.7, 41.4]})
     return CompiledStep(Settings(48, 10, 16, 134_217_728, 16, 16, 64),
                         MachineBounds(12.5e9, 270_000_000, 0.0216, "measured now",
                                       {1: 0.018, 16: 0.025}),
-                        eager, compiled, None, 38, 48, vllm, header=header or HEADER)
+                        eager, compiled, None, 38, 48, vllm, attention=sweep,
+                        header=header or HEADER)

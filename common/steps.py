@@ -118,6 +118,10 @@ STEPS: list[Step] = [
     # workloads, both compiles (mini_engine's and vLLM's) still run
     Step("task_13_compiled_step.py", "13", "Compiled step", "enforce_eager=True",
          quick_args=("--quick",), own_engines=True),
+    # task 14 starts the lab's server itself, once per --kv-cache-dtype, and stops it after;
+    # --quick: fewer prompts and requests, the model's dtype and fp8 only (two server starts)
+    Step("task_14_quantized_kv.py", "14", "Quantized KV cache",
+         args=("--port", PORT), quick_args=("--quick",), own_engines=True),
 ]
 
 

@@ -1,5 +1,5 @@
-"""mini_engine: PagedAttention, continuous batching, prefix caching, chunked prefill and
-speculative decoding, built from scratch in plain torch.
+"""mini_engine: PagedAttention, continuous batching, prefix caching, chunked prefill,
+speculative decoding, a compiled forward and an 8-bit KV cache, built from scratch in plain torch.
 
 A few hundred lines that do on a CPU what vLLM does: a request's KV cache lives in fixed-size
 pages handed out as it grows (the page allocator of task 4, running for real), the model reads
@@ -14,6 +14,8 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
                       prompts cut into chunks, continuous or static batching, preemption
     proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
     model.py          the Llama forward of SmolLM over a paged KV pool per layer (the caller's)
+    kv_quant.py       the KV cache in 8 bits: a token's bytes, scales a layer or a token, the
+                      pool's write and read (EngineConfig.kv_cache_dtype; task 14)
     linear.py         how its linear layers are handed to the matmul library, measured here
     compiled.py       the decoder layers as one graph of torch.compile, the products and
                       attention called in it (EngineConfig.compile_model; task 13)

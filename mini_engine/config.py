@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from mini_engine.kv_quant import KV_CACHE_DTYPES, KV_SCALES
+
 POLICIES = ("continuous", "static")     # mini_engine/scheduler.py says how they differ
 
 
@@ -43,6 +45,11 @@ class EngineConfig:
     # above the best cap in each case measured, bf16 and fp32 (docs/measurements.md, issue 29);
     # at the lab's short contexts the whole decode batch stays one call.
     attention_call_slots: int = 2048
+    # task 14: K and V stored in 8 bits (mini_engine/kv_quant.py): "auto" (the model's dtype),
+    # "fp8" (e4m3) or "fp8_e5m2", vLLM's names; and where their scales live, "layer" (one a
+    # layer, 1.0: vLLM's without calibration) or "token" (one a token, K/V and head)
+    kv_cache_dtype: str = "auto"
+    kv_scale: str = "token"
 
     def __post_init__(self):
         for f in fields(self):
@@ -77,6 +84,13 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.prompt_lookup_min ({self.prompt_lookup_min}) and "
                              f"prompt_lookup_max ({self.prompt_lookup_max}) must satisfy 1 <= min"
                              " <= max (vLLM's rule)")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES or self.kv_scale not in KV_SCALES:
+            raise ValueError(f"EngineConfig.kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
+                             f"{', '.join(KV_CACHE_DTYPES)}, or kv_scale {self.kv_scale!r} not "
+                             f"one of {', '.join(KV_SCALES)}")
+        if self.compile_model and self.kv_cache_dtype != "auto":
+            raise ValueError("EngineConfig.compile_model runs the model's own pools only: the "
+                             "8-bit KV cache (kv_cache_dtype) runs eager")
         if self.policy not in POLICIES:
             raise ValueError(f"EngineConfig.policy {self.policy!r} is not one of "
                              f"{', '.join(POLICIES)}")

@@ -34,6 +34,7 @@ import torch
 
 from mini_engine.block_manager import BlockManager, cdiv
 from mini_engine.config import EngineConfig
+from mini_engine import kv_quant
 from mini_engine.model import Llama, RequestChunk, make_batch
 from mini_engine.profiler import NoProfiler, StepProfiler
 from mini_engine.sampler import Sampler
@@ -60,7 +61,11 @@ class LLMEngine:
         StepProfiler that times the phases of every step."""
         self.model, self.config = model, config
         page_size = config.page_size
-        self.num_pages = config.kv_bytes // (model.kv_bytes_per_token * page_size)
+        # task 14: a token's bytes follow from the cache's dtype, its scales included
+        self.kv_bytes_per_token = kv_quant.bytes_per_token(
+            model.num_layers, model.num_kv_heads, model.head_dim, config.kv_cache_dtype,
+            config.kv_scale, model.dtype)
+        self.num_pages = config.kv_bytes // (self.kv_bytes_per_token * page_size)
         if self.num_pages < cdiv(config.max_model_len, page_size):
             raise ValueError(f"a KV budget of {config.kv_bytes:,} B holds {self.num_pages} pages "
                              f"of {page_size} tokens: not one request of {config.max_model_len} "
@@ -87,8 +92,13 @@ class LLMEngine:
         """This engine's own pools, one a layer (Llama.kv_cache_shape), handed to every forward.
         The engine holds them and the model none, as vLLM's model runner does: a second engine on
         the same Llama allocates its own and leaves this one's K/V alone."""
-        shape = self.model.kv_cache_shape(num_pages, self.config.page_size)
-        return [torch.zeros(shape, dtype=self.model.dtype) for _ in self.model.layers]
+        c, m = self.config, self.model
+        if c.kv_cache_dtype != "auto":        # task 14: 8-bit values, and their scales
+            return [kv_quant.QuantizedPool.allocate(num_pages * c.page_size, m.num_kv_heads,
+                                                    m.head_dim, c.kv_cache_dtype, c.kv_scale)
+                    for _ in m.layers]
+        shape = m.kv_cache_shape(num_pages, c.page_size)
+        return [torch.zeros(shape, dtype=m.dtype) for _ in m.layers]
 
     def warm_up(self):
         """compile_model: compile the graph every step runs before the first step, by running a

@@ -31,6 +31,7 @@ from safetensors.torch import load_file
 
 from mini_engine import linear as lin
 from mini_engine.config import EngineConfig
+from mini_engine.kv_quant import QuantizedPool
 
 if TYPE_CHECKING:
     from mini_engine.profiler import StepProfiler
@@ -300,17 +301,24 @@ class Llama:
         swapped = x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
         return x * cos + swapped * sin_signed
 
-    def attention(self, q, k, v, batch: Batch, kv_cache: torch.Tensor) -> torch.Tensor:
+    def attention(self, q, k, v, batch: Batch, kv_cache: torch.Tensor | QuantizedPool
+                  ) -> torch.Tensor:
         """q (T, H, D), k and v (T, KVH, D) -> (T, H*D), each request over its own context;
-        kv_cache: this layer's pool (kv_cache_shape), where k and v are written."""
+        kv_cache: this layer's pool (kv_cache_shape), where k and v are written, or its 8-bit
+        pool (task 14: mini_engine/kv_quant.py), which writes and reads them itself."""
         T, H, KVH, D = q.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
-        pool = kv_cache.view(-1, 2, KVH, D)                     # (slots, K/V, KVH, D)
-        pool[:, 0].index_copy_(0, batch.slot_mapping, k)        # write through the slot mapping
-        pool[:, 1].index_copy_(0, batch.slot_mapping, v)
+        if isinstance(kv_cache, QuantizedPool):
+            kv_cache.write(batch.slot_mapping, k, v)
+            read = lambda slots: kv_cache.read(slots, q.dtype)   # noqa: E731
+        else:
+            pool = kv_cache.view(-1, 2, KVH, D)                     # (slots, K/V, KVH, D)
+            pool[:, 0].index_copy_(0, batch.slot_mapping, k)    # write through the slot mapping
+            pool[:, 1].index_copy_(0, batch.slot_mapping, v)
+            read = lambda slots: pool.index_select(0, slots)     # noqa: E731
         outs = []
         for g in batch.groups:
             B, Q, L, G = g.num_requests, g.num_queries, g.context_len, H // KVH
-            kv = pool.index_select(0, g.context_slots).view(B, L, 2, KVH, D)   # page tables
+            kv = read(g.context_slots).view(B, L, 2, KVH, D)           # through page tables
             keys, values = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)
             # the G query heads sharing a KV head (9 share 3 in SmolLM) become G x Q queries of
             # that head: (B, Q, KVH, G, D) -> (B, KVH, G*Q, D), no K/V copied per query head

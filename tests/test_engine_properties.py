@@ -68,6 +68,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.block_manager import cdiv
+from mini_engine.kv_quant import bytes_per_token
 from mini_engine.model import GroupMember, split_by_context
 from mini_engine.proposer import NgramProposer
 from mini_engine.scheduler import step_bound
@@ -76,6 +77,7 @@ from tests.conftest import SMALL_VOCAB as VOCAB     # tiny_llama's vocabulary
 MAX_MODEL_LEN = 40      # short, so a drawn workload fills a small pool quickly
 ROOMY_PAGES = 64        # the reference run: one request alone never preempted
 ROOMY_BUDGET = 4096     # EngineConfig's default: every step's tokens fit (5 x 40 at most)
+AUTO = ("auto", "token")  # the KV cache in the model's dtype (kv_cache_dtype, kv_scale)
 # "EOS allowed" makes every even token id an end of sequence, so about half the tokens a random
 # model picks end their request: the early-finish paths run in most cases, not once in 1,024.
 EOS_IDS = list(range(0, VOCAB, 2))
@@ -84,16 +86,22 @@ TOKEN_IDS = st.integers(1, VOCAB - 1)     # a prompt's token ids: any of the voc
 _alone: dict = {}       # reference outputs, one engine run per distinct request
 
 
-def kv_bytes(model: Llama, num_pages: int, page_size: int) -> int:
-    return num_pages * page_size * model.kv_bytes_per_token
+def kv_bytes(model: Llama, num_pages: int, page_size: int, kv: tuple = AUTO) -> int:
+    """The budget of num_pages pages in the KV cache's format kv: (kv_cache_dtype, kv_scale)."""
+    return num_pages * page_size * bytes_per_token(model.num_layers, model.num_kv_heads,
+                                                   model.head_dim, *kv, model.dtype)
 
 
-def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos: tuple) -> list:
-    key = (prompt, max_tokens, min_tokens, eos)
+def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos: tuple,
+              kv: tuple = AUTO) -> list:
+    """The tokens a request makes alone, its prompt in one step, the KV cache in format kv (an
+    8-bit cache quantizes each token's K and V on their own, so a batch changes none of them)."""
+    key = (prompt, max_tokens, min_tokens, eos, kv)
     if key not in _alone:
         eng = LLMEngine(model, list(eos), EngineConfig(
-            kv_bytes=kv_bytes(model, ROOMY_PAGES, 16), page_size=16, max_batch=1,
-            max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=False))
+            kv_bytes=kv_bytes(model, ROOMY_PAGES, 16, kv), page_size=16, max_batch=1,
+            max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=False, kv_cache_dtype=kv[0],
+            kv_scale=kv[1]))
         seq = eng.add_request(list(prompt), max_tokens, min_tokens)
         eng.run()
         _alone[key] = seq.output_ids
@@ -133,7 +141,11 @@ def engine_settings(draw, page_size: int) -> dict:
                                 least + extra)),
             # task 13: the forward compiled; torch keeps the graphs for the process, so the
             # search compiles once, at the first case that draws it
-            "compile_model": draw(st.booleans()),
+            "compile_model": (compiled := draw(st.booleans())),
+            # task 14: the KV cache in 8 bits, each format and scale (the compiled forward runs
+            # the model's own pools only)
+            "kv": AUTO if compiled else draw(st.sampled_from(
+                [AUTO, ("fp8", "token"), ("fp8", "layer"), ("fp8_e5m2", "token")])),
             # issue 29: attention in calls of at most this many context slots; 1 and 12 split a
             # batch into calls of one or a few requests (mini_engine's default keeps it whole)
             "attention_call_slots": draw(st.sampled_from([2048, 1, 12]))}
@@ -220,13 +232,14 @@ def check_budget(eng: LLMEngine, case: dict, before: dict) -> int:
 def test_scheduler_invariants(tiny_llama, case):
     eos = () if case["eos_held_off"] else tuple(EOS_IDS)
     eng = LLMEngine(tiny_llama, list(eos), EngineConfig(
-        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"]),
+        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"], case["kv"]),
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         compile_model=case["compile_model"],
-        attention_call_slots=case["attention_call_slots"]))
+        attention_call_slots=case["attention_call_slots"], kv_cache_dtype=case["kv"][0],
+        kv_scale=case["kv"][1]))
     eng.warm_up()
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
@@ -256,7 +269,7 @@ def test_scheduler_invariants(tiny_llama, case):
             assert 1 <= len(seq.output_ids) <= n
             assert len(seq.output_ids) == n or seq.output_ids[-1] in eos
         assert len(seq.token_times_s) == len(seq.output_ids)
-        assert seq.output_ids == run_alone(tiny_llama, prompt, n, m, eos)
+        assert seq.output_ids == run_alone(tiny_llama, prompt, n, m, eos, case["kv"])
     # what the cases reached (pytest --hypothesis-show-statistics lists them)
     least = case["max_batch"] if case["chunking"] else MAX_MODEL_LEN
     event(f"chunking {'on' if case['chunking'] else 'off'}, budget "
@@ -265,6 +278,7 @@ def test_scheduler_invariants(tiny_llama, case):
     event(f"a prefill cut into chunks: {num_short > 0}")
     event(f"preempted: {eng.scheduler.num_preemptions > 0}")
     event(f"compiled forward: {case['compile_model']}")
+    event(f"KV cache: {' '.join(case['kv'])}")
     if not case["eos_held_off"]:
         event(f"EOS allowed, a request ended at it before max_tokens: "
               f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")
@@ -401,14 +415,15 @@ def check_spec_step(eng: LLMEngine, case: dict, before: dict, proposer: NgramPro
 def test_speculative_decoding_changes_no_token(tiny_llama, case):
     eos = () if case["eos"] == "off" else tuple(EOS_IDS)
     eng = LLMEngine(tiny_llama, list(eos), EngineConfig(
-        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"]),
+        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"], case["kv"]),
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         num_speculative_tokens=case["k"], prompt_lookup_min=case["n"][0],
         prompt_lookup_max=case["n"][1], compile_model=case["compile_model"],
-        attention_call_slots=case["attention_call_slots"]))
+        attention_call_slots=case["attention_call_slots"], kv_cache_dtype=case["kv"][0],
+        kv_scale=case["kv"][1]))
     eng.warm_up()
     proposer = NgramProposer(case["k"], *case["n"])
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"],
@@ -438,7 +453,7 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         assert len(seq.token_times_s) == len(seq.output_ids) == len(seq.output_was_guess)
         assert seq.num_accepted_tokens <= seq.num_draft_tokens
         assert sum(seq.output_was_guess) == seq.num_accepted_tokens
-        assert seq.output_ids == run_alone(tiny_llama, prompt, n, m, eos)
+        assert seq.output_ids == run_alone(tiny_llama, prompt, n, m, eos, case["kv"])
     assert sum(s.num_draft_tokens for s in eng.steps) == sum(s.num_draft_tokens for s in seqs)
     assert sum(s.num_accepted_tokens for s in eng.steps) == \
         sum(s.num_accepted_tokens for s in seqs)
@@ -451,6 +466,7 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         event(f"guesses cut by {why}")
     event(f"EOS {case['eos']}")
     event(f"compiled forward: {case['compile_model']}")
+    event(f"KV cache: {' '.join(case['kv'])}")
     if case["eos"] == "allowed":
         event(f"EOS allowed, a request ended at it before max_tokens: "
               f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")

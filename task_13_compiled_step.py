@@ -32,14 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
 import psutil
 
-from common import cli, figures, memory, report, results, server, settings
+from common import cli, figures, memory, report, results, settings
 from lessons.task_13 import attention
 from lessons.task_13.figure import draw_step
 from lessons.task_13.record import (AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode,
@@ -191,34 +189,12 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
 
 
 # --- part 3: vLLM, a fresh process each way -----------------------------------------------------
-def run_child(what: str, cmd: list[str]) -> tuple[dict, int]:
-    """A fresh process of ours (vLLM in it), its memory sampled: (the JSON line it printed last,
-    its peak PSS). A failure is a ServerError, which cli.run prints in one line."""
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
-    proc = subprocess.Popen([sys.executable, "-m", *cmd], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=settings.REPO_DIR)
-    try:
-        with memory.PeakMemory(proc.pid) as peak:
-            out, err = proc.communicate(timeout=VLLM_TIMEOUT_S)
-    except BaseException:          # Ctrl-C or the timeout: leave nothing running
-        proc.kill()
-        proc.wait()
-        raise
-    last = (err.strip().splitlines() or ["no output"])[-1]
-    if proc.returncode != 0:
-        raise server.ServerError(f"{what} exited with code {proc.returncode}: {last}")
-    try:
-        return json.loads(out.strip().splitlines()[-1]), peak.peak_bytes
-    except (IndexError, json.JSONDecodeError):
-        raise server.ServerError(f"{what} printed no result: {last}") from None
-
-
 def run_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> VllmMode:
     """One way, in a fresh process, its memory sampled."""
-    found, peak = run_child(f"vLLM {mode}", [
-        "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype, "--mode", mode,
+    found, peak = memory.run_measured(f"vLLM {mode}", [
+        "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype, "--mode", mode,
         "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens),
-        "--max-num-seqs", str(s.max_batch), "--workload", workload_file])
+        "--max-num-seqs", str(s.max_batch), "--workload", workload_file], VLLM_TIMEOUT_S)
     return VllmMode(**found, peak_pss_bytes=peak)
 
 
@@ -226,9 +202,10 @@ def vllm_attention(path: str, dtype: str, s: Settings,
                    contexts: list[int]) -> dict[int, list[float]]:
     """Part 4's vLLM side: its attention kernel at each context, in a process of its own (part
     3's processes measure vLLM's memory, which this one's pools would swell)."""
-    found, _ = run_child("vLLM's attention", [
-        "lessons.task_13.attention", "--model", path, "--dtype", dtype,
-        "--batches", f"1,{s.max_batch}", "--contexts", ",".join(map(str, contexts))])
+    found, _ = memory.run_measured("vLLM's attention", [
+        "-m", "lessons.task_13.attention", "--model", path, "--dtype", dtype,
+        "--batches", f"1,{s.max_batch}", "--contexts", ",".join(map(str, contexts))],
+        VLLM_TIMEOUT_S)
     return {int(batch): ms for batch, ms in found.items()}
 
 

@@ -27,14 +27,13 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import cli, memory, report, results, server, settings  # noqa: E402
+from common import cli, memory, report, results, settings  # noqa: E402
 
 SCRIPT = "long_context"
 WAYS = ("mini-one-call", "mini-eager", "mini-compiled", "vllm-eager", "vllm-compiled")
@@ -134,26 +133,13 @@ def child(args) -> None:
 
 
 def measure(args, way: str) -> Way:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", way, "--model-path",
+    cmd = [os.path.abspath(__file__), "--child", way, "--model-path",
            args.model_path, "--dtype", args.dtype, "--requests", str(args.requests),
            "--max-prompt", str(args.max_prompt), "--max-output", str(args.max_output)]
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
-    env.pop("TORCHDYNAMO_DISABLE", None)   # the vLLM eager child sets it itself
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=settings.REPO_DIR)
-    try:
-        with memory.PeakMemory(proc.pid) as peak:
-            out, err = proc.communicate(timeout=TIMEOUT_S)
-    except BaseException:                  # Ctrl-C or the timeout: leave nothing running
-        proc.kill()
-        proc.wait()
-        raise
-    last = (err.strip().splitlines() or ["no output"])[-1]
-    if proc.returncode != 0:
-        raise server.ServerError(f"{way} exited with code {proc.returncode}: {last}")
-    found = json.loads(out.strip().splitlines()[-1])
+    # the vLLM eager child sets TORCHDYNAMO_DISABLE itself; the others must not inherit it
+    found, peak = memory.run_measured(way, cmd, TIMEOUT_S, unset=("TORCHDYNAMO_DISABLE",))
     return Way(way, found["tokens"], found["seconds"], found["tokens"] / found["seconds"],
-               found["attention_s"], found["preemptions"], peak.peak_bytes)
+               found["attention_s"], found["preemptions"], peak)
 
 
 def ways(text: str) -> list[str]:

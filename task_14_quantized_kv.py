@@ -175,40 +175,48 @@ def quality_of(engine: str, name: str, eos, base_answers, answers, base_logprobs
 def measure_vllm(model_choice, dtype: str, eos, prompts, passage, load_texts, s: Settings,
                  record: QuantizedKV, kv_dtypes: list[str], progress) -> None:
     """One server a --kv-cache-dtype ("auto" first: the reference), each read, asked and loaded;
-    stopped at the end (this task started them). A dtype vLLM refuses here is one line in the
-    record, and the rest runs."""
-    base = None
+    stopped at the end (this task started them). A dtype vLLM refuses here, at its start or at
+    its first forward (an 8-bit cache on a CPU without AVX-512: cpu_attn.py), is one line in
+    the record, and the rest runs."""
+    base: list = []
     try:
         for kv_dtype in ["auto", *kv_dtypes]:
             progress(f"vLLM's server, --kv-cache-dtype {kv_dtype}...")
             try:
-                srv = vllm_side.start(model_choice, dtype, kv_dtype, s)
-            except server.ServerError as e:
+                measure_vllm_dtype(model_choice, dtype, kv_dtype, eos, prompts, passage,
+                                   load_texts, s, record, base)
+            except (server.ServerError, OSError) as e:
                 if kv_dtype == "auto":
                     raise
-                record.vllm_skipped = f"vLLM refused --kv-cache-dtype {kv_dtype} here: {e}"
-                continue
-            name = dtype if kv_dtype == "auto" else label(*VLLM_FORMATS[kv_dtype], dtype)
-            row = record.capacity_of(name if kv_dtype == "auto" else label("fp8", "layer", dtype))
-            if kv_dtype != "fp8_e5m2":
-                row.vllm_blocks = vllm_side.blocks(srv)
-            answers = vllm_side.answers(srv, prompts, s.max_tokens)
-            logprobs = vllm_side.passage_logprobs(srv, passage)
-            if base is None:
-                base = answers, logprobs
-                record.reference_perplexity["vLLM"] = q.perplexity(logprobs)
-                record.reference_empty["vLLM"] = sum(q.is_empty(a, eos) for a in answers)
-            else:
-                record.quality.append(quality_of("vLLM", name, eos, base[0], answers, base[1],
-                                                 logprobs))
-            if kv_dtype in ("auto", "fp8"):
-                run, error = vllm_side.load_run(srv, name, load_texts, s.load_tokens,
-                                                s.page_tokens)
-                if error:
-                    raise server.ServerError(f"part 3's load failed on vLLM: {error}")
-                record.throughput.append(run)
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                record.vllm_skipped = f"vLLM refused --kv-cache-dtype {kv_dtype} here: {first}"
+                server.stop_server(s.port)
     finally:
         server.stop_server(s.port)
+
+
+def measure_vllm_dtype(model_choice, dtype: str, kv_dtype: str, eos, prompts, passage,
+                       load_texts, s: Settings, record: QuantizedKV, base: list) -> None:
+    """One --kv-cache-dtype: its blocks, answers and passage; the load for auto and fp8. base:
+    auto's answers and log-probabilities, filled by auto's run, read by the others."""
+    srv = vllm_side.start(model_choice, dtype, kv_dtype, s)
+    name = dtype if kv_dtype == "auto" else label(*VLLM_FORMATS[kv_dtype], dtype)
+    if kv_dtype != "fp8_e5m2":                  # its blocks are fp8's: the same bytes a token
+        record.capacity_of(name).vllm_blocks = vllm_side.blocks(srv)
+    answers = vllm_side.answers(srv, prompts, s.max_tokens)
+    logprobs = vllm_side.passage_logprobs(srv, passage)
+    if not base:
+        base += [answers, logprobs]
+        record.reference_perplexity["vLLM"] = q.perplexity(logprobs)
+        record.reference_empty["vLLM"] = sum(q.is_empty(a, eos) for a in answers)
+    else:
+        record.quality.append(quality_of("vLLM", name, eos, base[0], answers, base[1],
+                                         logprobs))
+    if kv_dtype in ("auto", "fp8"):
+        run, error = vllm_side.load_run(srv, name, load_texts, s.load_tokens, s.page_tokens)
+        if error:
+            raise server.ServerError(f"part 3's load failed on vLLM: {error}")
+        record.throughput.append(run)
 
 
 def main(argv: list[str] | None = None) -> QuantizedKV:

@@ -64,7 +64,8 @@ class QuantizedPool(NamedTuple):
     @classmethod
     def allocate(cls, num_slots: int, kv_heads: int, head_dim: int, kv_cache_dtype: str,
                  kv_scale: str) -> "QuantizedPool":
-        values = torch.zeros(num_slots, 2, kv_heads, head_dim, dtype=KV_CACHE_DTYPES[kv_cache_dtype])
+        values = torch.zeros(num_slots, 2, kv_heads, head_dim,
+                             dtype=KV_CACHE_DTYPES[kv_cache_dtype])
         scales = (torch.ones(num_slots, 2, kv_heads, dtype=SCALE_DTYPE) if kv_scale == "token"
                   else None)
         return cls(values, scales)

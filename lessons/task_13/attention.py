@@ -2,11 +2,11 @@
 
 A decode step attends once a layer: each request's one new query over its whole context. The
 matmuls cost the same at any context; attention's cost grows with it. Here B requests (1, then
-the cap) each have a context of L tokens (128 to 1,024 by default), their pages scattered over a pool of
-random values (the kernels do the same work whatever the values), one pool a layer, as in a
-step. Timed: the attention call of every layer, the step's attention without its matmuls. Both
-engines, each with its own layout and kernel (mini_engine's call also writes the step's new K
-and V; vLLM writes them in an op of its own, not timed here):
+the cap) each have a context of L tokens (128 to 1,024 by default), their pages scattered over a
+pool of random values (the kernels do the same work whatever the values), one pool a layer, as
+in a step. Timed: the attention call of every layer, the step's attention without its
+matmuls. Both engines, each with its own layout and kernel (mini_engine's call also writes the
+step's new K and V; vLLM writes them in an op of its own, not timed here):
 
     mini_engine   Llama.attention: gather each request's pages, then attend (torch's SDPA), one
                   call per group of requests (EngineConfig.attention_call_slots), or one call for

@@ -100,6 +100,9 @@ def parse_args(argv: list[str] | None):
     for name, value in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    args.contexts = sorted(set(args.contexts))
+    if len(args.contexts) < 2:
+        parser.error("--contexts: give at least two lengths, to see attention grow")
     if args.vllm_tokens + 13 > settings.MAX_MODEL_LEN:      # the lab's prompts: at most 13 tokens
         parser.error(f"--vllm-tokens {args.vllm_tokens}: a prompt and its answer must fit "
                      f"max_model_len {settings.MAX_MODEL_LEN}")
@@ -183,7 +186,7 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
     # last, so that its pools (hundreds of MB at the cap) come and go after the timed workloads
     progress("Part 4: mini_engine's attention at longer contexts...")
     sweep = AttentionSweep(args.contexts, *attention.mini_engine_sweep(
-        Llama(path, dtype), [1, args.max_batch], args.contexts))
+        Llama(path, dtype), sorted({1, args.max_batch}), args.contexts))
     memory.give_memory_back()
     return eager, machine, sweep, compiled, why_not, num_identical
 
@@ -204,7 +207,8 @@ def vllm_attention(path: str, dtype: str, s: Settings,
     3's processes measure vLLM's memory, which this one's pools would swell)."""
     found, _ = memory.run_measured("vLLM's attention", [
         "-m", "lessons.task_13.attention", "--model", path, "--dtype", dtype,
-        "--batches", f"1,{s.max_batch}", "--contexts", ",".join(map(str, contexts))],
+        "--batches", ",".join(map(str, sorted({1, s.max_batch}))),
+        "--contexts", ",".join(map(str, contexts))],
         VLLM_TIMEOUT_S)
     return {int(batch): ms for batch, ms in found.items()}
 

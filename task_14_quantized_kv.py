@@ -27,7 +27,7 @@ the comparisons (quality.py), vLLM's server runs (vllm_side.py), the record and 
 from __future__ import annotations
 
 from common import cli, figures, report, results, server, settings
-from common.shape import max_model_len_for
+from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text, templated
 from lessons.task_14 import quality as q
 from lessons.task_14 import vllm_side
@@ -50,7 +50,8 @@ QUICK = {"prompts": 4, "max_tokens": 16, "passage": 128, "load_requests": 6, "lo
 LOAD_PROMPT_TOKENS = 200
 PAGE = 32             # vLLM's CPU cache refuses 8 bits in blocks of 16 (cpu_attn.py)
 USER_TOKENS = 128     # part 1's user: a request of the lab's max_model_len
-MAX_MODEL_LEN = 384   # parts 2-3: the passage (256 tokens) and a chat answer fit
+MAX_MODEL_LEN = 512   # parts 2-3's longest request may be this long (the passage, 256 tokens
+                      # by default, and a chat answer or a load prompt and its answer: less)
 # mini_engine's formats: (kv_cache_dtype, kv_scale); vLLM's: its --kv-cache-dtype, one scale a
 # layer (1.0 without calibration)
 MINI_FORMATS = [("fp8", "layer"), ("fp8", "token"), ("fp8_e5m2", "layer"), ("fp8_e5m2", "token")]
@@ -101,24 +102,33 @@ def parse_args(argv: list[str] | None):
     return args
 
 
-def settings_of(args, model_path: str) -> Settings:
-    """The flags as the record saves them; one line and exit 2 where a request cannot fit."""
-    max_model_len = max_model_len_for(model_path, MAX_MODEL_LEN)
-    if args.passage > max_model_len:
-        cli.fail(f"--passage {args.passage}: more than max_model_len {max_model_len}")
+def settings_of(args, model_path: str, dtype: str, longest: int) -> Settings:
+    """The flags as the record saves them, with max_model_len: the longest request of parts 2-3
+    (longest tokens: a chat prompt and its answer, a load prompt and its answer, or the passage
+    and the one token vLLM makes after it). One line and exit 2 where it cannot fit the model, or
+    where part 3's budget cannot hold one such request in the model's dtype (vLLM refuses it)."""
+    limit = max_model_len_for(model_path, MAX_MODEL_LEN)
+    if longest > limit:
+        cli.fail(f"a request of {longest} tokens (see --passage, --max-tokens, --load-tokens) "
+                 f"does not fit this task's max_model_len of {limit}")
+    per_page = PAGE * ModelShape.from_folder(model_path).kv_bytes_per_token(dtype)
+    holds = (args.load_mib << 20) // per_page * PAGE
+    if holds < longest:
+        cli.fail(f"--load-mib {args.load_mib} holds {holds} tokens in {dtype}: fewer than one "
+                 f"request of {longest}")
     return Settings(PAGE, settings.KV_CACHE_BYTES, USER_TOKENS, args.prompts, args.max_tokens,
-                    args.passage, max_model_len, args.load_mib << 20, args.load_requests,
+                    args.passage, longest, args.load_mib << 20, args.load_requests,
                     LOAD_PROMPT_TOKENS, args.load_tokens, args.port, not args.no_vllm)
 
 
-def load_windows(tokenizer, text: str, s: Settings) -> list[str]:
-    """Part 3's prompts: s.load_requests windows of the text, LOAD_PROMPT_TOKENS tokens each,
+def load_windows(tokenizer, text: str, args) -> list[str]:
+    """Part 3's prompts: --load-requests windows of the text, LOAD_PROMPT_TOKENS tokens each,
     after the passage, as text (both engines tokenize the same strings)."""
-    ids = tokenizer(text).input_ids[s.passage_tokens:]
+    ids = tokenizer(text).input_ids[args.passage:]
     windows = [ids[i * LOAD_PROMPT_TOKENS:(i + 1) * LOAD_PROMPT_TOKENS]
-               for i in range(s.load_requests)]
+               for i in range(args.load_requests)]
     if len(windows[-1]) < LOAD_PROMPT_TOKENS:
-        cli.fail(f"--load-requests {s.load_requests}: the text holds fewer windows of "
+        cli.fail(f"--load-requests {args.load_requests}: the text holds fewer windows of "
                  f"{LOAD_PROMPT_TOKENS} tokens")
     return [tokenizer.decode(w) for w in windows]
 
@@ -189,7 +199,8 @@ def measure_vllm(model_choice, dtype: str, eos, prompts, passage, load_texts, s:
                 if kv_dtype == "auto":
                     raise
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                record.vllm_skipped = f"vLLM refused --kv-cache-dtype {kv_dtype} here: {first}"
+                refused = f"vLLM refused --kv-cache-dtype {kv_dtype} here: {first}"
+                record.vllm_skipped = "; ".join(filter(None, [record.vllm_skipped, refused]))
                 server.stop_server(s.port)
     finally:
         server.stop_server(s.port)
@@ -227,14 +238,16 @@ def main(argv: list[str] | None = None) -> QuantizedKV:
     from transformers import AutoTokenizer
 
     torch.set_num_threads(settings.num_cores())
-    s = settings_of(args, model_choice.path)
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
     prompts = [tokenizer(templated(tokenizer, question)).input_ids
-               for question in QUESTIONS[:s.num_prompts]]
+               for question in QUESTIONS[:args.prompts]]
     path, text, text_note = source_text("the passage")
-    passage = tokenizer(text).input_ids[:s.passage_tokens]
-    load_texts = load_windows(tokenizer, text, s)
+    passage = tokenizer(text).input_ids[:args.passage]
+    load_texts = load_windows(tokenizer, text, args)
     load_prompts = [tokenizer(t).input_ids for t in load_texts]
+    longest = max(len(passage) + 1, max(map(len, prompts)) + args.max_tokens,
+                  max(map(len, load_prompts)) + args.load_tokens)
+    s = settings_of(args, model_choice.path, dtype.dtype, longest)
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, path.name, text_note)
     progress = report.progress_clock()

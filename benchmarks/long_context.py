@@ -85,7 +85,8 @@ def run_mini(args, work, way: str) -> dict:
         kv_bytes=settings.KV_CACHE_BYTES, page_size=settings.BLOCK_SIZE, max_batch=MAX_BATCH,
         max_model_len=args.max_prompt + args.max_output, max_num_batched_tokens=BUDGET,
         compile_model=way == "mini-compiled",
-        attention_call_slots=ONE_CALL if way == "mini-one-call" else 2048)
+        attention_call_slots=(ONE_CALL if way == "mini-one-call"
+                              else EngineConfig.attention_call_slots))
     profiled = way != "mini-compiled"      # the compiled graph runs attention inside it
     for _ in range(2):                     # the second pass is timed
         eng = LLMEngine(model, eos_token_ids(args.model_path), config,
@@ -183,22 +184,24 @@ def main(argv: list[str] | None = None) -> LongContext:
 
 def print_table(r: LongContext) -> None:
     h = r.header
-    print(f"Long contexts: {r.requests} requests, prompts of 1-{r.max_prompt} tokens "
-          f"({r.prompt_tokens:,} in all), 1-{r.max_output} out")
-    print(f"{h.model}, {h.dtype}, {h.threads} threads; budget {BUDGET}, cap {MAX_BATCH}, "
-          f"128 MiB KV, block {settings.BLOCK_SIZE}; second pass timed")
-    print(f"{'way':<15}{'tokens':>8}{'s':>8}{'tok/s':>8}{'attention s':>13}{'preempted':>11}"
-          f"{'peak GB':>9}")
-    for w in r.ways:
-        att = f"{w.attention_s:.1f}" if w.attention_s is not None else "-"
-        pre = str(w.preemptions) if w.preemptions is not None else "-"
-        print(f"{w.name:<15}{w.tokens:>8}{w.seconds:>8.1f}{w.tokens_per_s:>8.1f}{att:>13}"
-              f"{pre:>11}{w.peak_pss_bytes / 1e9:>9.2f}")
+    report.title("Long contexts: mini_engine against vLLM")
+    report.row("Workload", f"{r.requests} requests at once, prompts of 1-{r.max_prompt} tokens "
+               f"({r.prompt_tokens:,} in all), 1-{r.max_output} out, EOS held off")
+    report.row("Engines", f"{h.model}, {h.dtype}, {h.threads} threads; budget {BUDGET}, cap "
+               f"{MAX_BATCH}, {settings.KV_CACHE_BYTES >> 20} MiB of KV, block "
+               f"{settings.BLOCK_SIZE}; each way in a fresh process, its second pass timed")
+    report.table(["way", "tokens", "s", "tok/s", "attention s", "preempted", "GB"],
+                 [(w.name, w.tokens, f"{w.seconds:.1f}", f"{w.tokens_per_s:.1f}",
+                   "-" if w.attention_s is None else f"{w.attention_s:.1f}",
+                   "-" if w.preemptions is None else w.preemptions,
+                   f"{w.peak_pss_bytes / 1e9:.2f}") for w in r.ways],
+                 [15, 7, 7, 8, 12, 10, 6])
+    report.note("attention s: mini_engine's profiler, eager ways; GB: the process's peak PSS")
     by = {w.name: w.tokens_per_s for w in r.ways}
-    for mini, vllm in (("mini-eager", "vllm-eager"), ("mini-compiled", "vllm-compiled"),
-                       ("mini-eager", "mini-one-call")):
-        if mini in by and vllm in by:
-            print(f"{mini} / {vllm}: {by[mini] / by[vllm]:.2f}x")
+    for mine, other in (("mini-eager", "vllm-eager"), ("mini-compiled", "vllm-compiled"),
+                        ("mini-eager", "mini-one-call")):
+        if mine in by and other in by:
+            report.row(f"{mine} / {other}", f"{by[mine] / by[other]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -116,9 +116,11 @@ def run_measured(what: str, args: list[str], timeout_s: float,
     try:
         with PeakMemory(proc.pid) as peak:
             out, err = proc.communicate(timeout=timeout_s)
-    except BaseException:
+    except BaseException as e:
         proc.kill()
         proc.wait()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise server.ServerError(f"{what} ran over {timeout_s:.0f} s and was stopped") from None
         raise
     last = (err.strip().splitlines() or ["no output"])[-1]
     if proc.returncode != 0:

@@ -12,7 +12,7 @@ the way it calls a library's kernel (torch.library.custom_op, opaque to inductor
   at the warm-up is kept, oneDNN's packed weights included, which inductor could not take as
   inputs;
 - attention over the paged pool, which writes the pool in place and reads the step's page tables
-  and groups (one or two groups, each with its own requests, queries and context length: shapes
+  and groups (any number of calls, each with its own requests, queries and context length: shapes
   that a graph would have to guard on). It reads them from the step's context, set for the call
   (forward_context), as vLLM's attention op reads its metadata from its forward context.
 This is vLLM's own design: its compiled graph calls attention as a custom op

@@ -79,7 +79,7 @@ class QuantizedPool(NamedTuple):
         kv = torch.stack((k, v), dim=1).float()                           # (T, 2, KVH, D)
         if self.scales is not None:
             # the head's largest magnitude maps to the format's largest value; an all-zero
-            # head keeps scale 1 (tiny: no division by zero)
+            # head gets a tiny scale instead of 0 (no division by zero; it reads back as 0)
             scale = (kv.abs().amax(dim=-1) / self.largest).clamp_min(1e-12).to(SCALE_DTYPE)
             kv = kv / scale.float()[..., None]     # divided by the scale stored, as it is read
             self.scales.index_copy_(0, slots, scale)

@@ -193,6 +193,7 @@ def test_where_nothing_can_be_compiled_the_eager_parts_still_run(tiny_model, mon
     (["--requests", "0"], "--requests"),
     (["--vllm-modes", "eager,fast"], "give eager, compiled or both"),
     (["--contexts", "128,0"], "--contexts"),
+    (["--contexts", "512,512"], "at least two lengths"),
 ])
 def test_bad_flags_get_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -75,8 +75,9 @@ def mini_engine_ms(model, batch: int, context: int, call_slots: int) -> float:
 def vllm_ms(num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int,
             dtype: torch.dtype, batch: int, context: int) -> float:
     """Milliseconds of a decode step's attention in vLLM's CPU kernel, with its cache layout
-    (blocks of [kv_heads, block, 2 x head_dim]) and the scheduling metadata its backend makes
-    (vllm/v1/attention/backends/cpu_attn.py). Only where vLLM is imported (its child process)."""
+    (blocks of [kv_heads, 2 x block, head_dim]: K's rows, then V's) and the scheduling metadata
+    its backend makes (vllm/v1/attention/backends/cpu_attn.py). Only where vLLM is imported
+    (its child process)."""
     from vllm import _custom_ops as ops
     from vllm import envs
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa

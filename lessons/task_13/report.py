@@ -136,10 +136,10 @@ def attention_line(r: CompiledStep) -> str:
     line += (f"; vLLM's kernel took {theirs:.1f} ms ({theirs / a.at('vllm', cap, first):.1f}x)")
     if mine > theirs:
         gap_first = a.at("mini", cap, first) / a.at("vllm", cap, first)
-        line += (f". Gathering each context before attending cost mini_engine "
+        line += (f". Gathering each context, then attending with SDPA, cost mini_engine "
                  f"{mine / theirs:.1f}x what vLLM spent reading the pages in place, "
                  + (f"a gap that grew with the context ({gap_first:.1f}x at {first})"
-                    if mine / theirs > gap_first else
+                    if round(mine / theirs, 1) > round(gap_first, 1) else
                     f"a gap that did not grow with the context ({gap_first:.1f}x at {first})"))
     else:
         line += ". mini_engine's gather and attend kept up with vLLM's kernel that reads the "

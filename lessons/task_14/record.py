@@ -23,7 +23,7 @@ class Settings(results.Record):
     num_prompts: int                # part 2: chat prompts, greedy
     max_tokens: int                 # part 2: tokens an answer at most (EOS allowed)
     passage_tokens: int             # part 2: tokens of the GPL-3 passage, teacher-forced
-    max_model_len: int              # parts 2-3, both engines: the passage fits
+    max_model_len: int              # parts 2-3, both engines: their longest request
     load_kv_bytes: int              # part 3: the small budget where memory binds
     load_requests: int              # part 3: requests, all sent at once
     load_prompt_tokens: int         # part 3: each prompt, a window of the text

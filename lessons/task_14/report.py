@@ -128,8 +128,8 @@ def throughput_line(r: QuantizedKV) -> str | None:
             f"in 8 bits: {mine:.2f}x tokens/s")
     theirs = r.speedup("vLLM")
     if theirs is not None:
-        line += f"; vLLM {theirs:.2f}x" + (", slower in 8 bits on this CPU" if theirs < 1
-                                            else "")
+        line += f"; vLLM {theirs:.2f}x" + (", slower in 8 bits on this CPU"
+                                            if round(theirs, 2) < 1 else "")
     return line
 
 

@@ -2,8 +2,8 @@
 fp8, fp8_e5m2; blocks of 32, prefix caching off so that every prompt is computed), and on each:
 its capacity read from /metrics (cache_config_info), the greedy answers and the passage's
 log-probabilities (prompt_logprobs, a vLLM extension of /v1/completions), then the memory-bound
-load, its running requests sampled from /metrics. The prompts go in as token ids, the same ones
-mini_engine reads."""
+load, its running requests sampled from /metrics. Part 2's prompts and passage go in as token
+ids, the same ones mini_engine reads; part 3's prompts as the text both engines tokenize."""
 from __future__ import annotations
 
 import json

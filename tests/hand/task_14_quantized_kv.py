@@ -18,7 +18,7 @@ def record(header: results.RunHeader | None = None) -> QuantizedKV:
     64 x 2) -> 182 pages (5,824 tokens, 45 users of 128); fp32 46,080 -> 91 (2,912, 22); fp8 with
     a scale a layer 11,520 -> 364 (11,648, 91); with a scale a token and head 11,520 + 2 x 30 x 3
     x 2 = 11,880 -> 353 (11,296, 88). In 16 MiB = 16,777,216 B: 22, 11, 45 and 44 pages."""
-    s = Settings(32, 134_217_728, 128, 8, 50, 256, 384, 16 * MIB, 16, 200, 48, 8000, True)
+    s = Settings(32, 134_217_728, 128, 8, 50, 256, 257, 16 * MIB, 16, 200, 48, 8000, True)
     capacity = [Capacity("bfloat16", 23_040, 182, 22, 182, 22),
                 Capacity("float32", 46_080, 91, 11),
                 Capacity("fp8 layer", 11_520, 364, 45, 364, 45),

@@ -101,10 +101,7 @@ def parse_args(argv: list[str] | None):
                        help="run part 3 against this vLLM server (e.g. on a GPU box) at its own "
                             "setting; the lab then starts and stops none")
     cli.add_model_args(parser)
-    args = parser.parse_args(argv)
-    for name, value in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    args = cli.fill_unset(parser.parse_args(argv), DEFAULTS, QUICK)
     if len(args.k) > MAX_KS:
         parser.error(f"--k: at most {MAX_KS} values, not {len(args.k)}")
     if len(set(args.k)) < len(args.k):

@@ -96,10 +96,7 @@ def parse_args(argv: list[str] | None):
                             "given win); mini_engine still compiles")
     group.add_argument("--no-vllm", action="store_true", help="skip part 3 (vLLM)")
     cli.add_model_args(parser)
-    args = parser.parse_args(argv)
-    for name, value in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    args = cli.fill_unset(parser.parse_args(argv), DEFAULTS, QUICK)
     args.contexts = sorted(set(args.contexts))
     if len(args.contexts) < 2:
         parser.error("--contexts: give at least two lengths, to see attention grow")

@@ -91,10 +91,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                        help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
     cli.add_model_args(parser)
-    args = parser.parse_args(argv)
-    for name, value in (QUICK if args.quick else DEFAULTS).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    args = cli.fill_unset(parser.parse_args(argv), DEFAULTS, QUICK)
     if args.prompts > len(QUESTIONS):
         parser.error(f"--prompts {args.prompts}: at most {len(QUESTIONS)}")
     if args.passage < 2:

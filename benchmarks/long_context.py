@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import cli, memory, report, results, settings  # noqa: E402
+from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a call)
 
 SCRIPT = "long_context"
 WAYS = ("mini-one-call", "mini-eager", "mini-compiled", "vllm-eager", "vllm-compiled")
 BUDGET = 2048            # tokens a step (max_num_batched_tokens), the workload
 MAX_BATCH = 16           # the lab's cap (max_num_seqs)
-ONE_CALL = 1 << 40       # attention_call_slots that never splits a call
 TIMEOUT_S = 1200
 
 

@@ -38,6 +38,15 @@ def port_number(text: str) -> int:
     return value
 
 
+def fill_unset(args: argparse.Namespace, defaults: dict, quick: dict) -> argparse.Namespace:
+    """Each flag the user left unset (None) takes its --quick value when args.quick, else its
+    default: a flag given always wins (tasks 12-14)."""
+    for name, value in (quick if args.quick else defaults).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
 def int_list(text: str) -> list[int]:
     """'45,128,23' -> [45, 128, 23]; each a whole number > 0."""
     parts = [p.strip() for p in text.split(",")]

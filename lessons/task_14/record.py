@@ -95,9 +95,6 @@ class QuantizedKV(results.Result):
     def quality_of(self, engine: str, name: str) -> Quality | None:
         return next((q for q in self.quality if (q.engine, q.name) == (engine, name)), None)
 
-    def throughput_of(self, engine: str, name: str) -> Throughput | None:
-        return next((t for t in self.throughput if (t.engine, t.name) == (engine, name)), None)
-
     def speedup(self, engine: str) -> float | None:
         """8-bit (its first format measured) over the model's dtype, tokens/s, part 3."""
         runs = [t for t in self.throughput if t.engine == engine]

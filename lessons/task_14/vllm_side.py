@@ -40,15 +40,13 @@ def passage_logprobs(srv, ids: list[int]) -> list[float]:
 
 def load_run(srv, name: str, prompts: list[str], tokens: int, page: int) -> tuple[Throughput, str]:
     """Every prompt at once, tokens each, EOS held off: (what ran, the first error or '')."""
-    before = metrics.parse(metrics.fetch(srv.base_url))
+    before = metrics.snapshot(metrics.fetch(srv.base_url), 0.0)
     with metrics.Sampler(srv.base_url) as sampler:
         level = load.run_level(srv.base_url, srv.model_name, prompts, tokens, temperature=0)
-    after = metrics.parse(metrics.fetch(srv.base_url))
-    preempted = after.get("vllm:num_preemptions_total", 0.0) - before.get(
-        "vllm:num_preemptions_total", 0.0)
+    after = metrics.snapshot(metrics.fetch(srv.base_url), 0.0)
     run = Throughput("vLLM", name, blocks(srv) * page, sampler.max_running,
-                     round(preempted), level.num_output_tokens, level.duration_s,
-                     level.mean_tpot_s)
+                     round(after.preemptions - before.preemptions), level.num_output_tokens,
+                     level.duration_s, level.mean_tpot_s)
     return run, level.errors[0] if level.errors else ""
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 QUICK_TOKENS = 10     # --quick (common/steps.py): tasks 1, 2, 5, 6 and 7 make 10 tokens each
 # KV bytes a token of SmolLM-135M: 2 (K,V) x 30 layers x 3 kv heads x 64 dims x 2 or 4 bytes
 BYTES_PER_TOKEN = {"bfloat16": 23_040, "float32": 46_080}
-LAB_GROUP = "the_whole_lab"     # the xdist_group of every test of the lab's run
+LAB_GROUP = "the_whole_lab"     # the xdist_group of the lab-wide checks of its run
 
 
 @pytest.fixture(autouse=True)
@@ -187,10 +188,11 @@ def tiny_llama(small_vocab_model):
     return Llama(small_vocab_model)
 
 
-# --- the whole lab on the real model, run once -------------------------------------------------
+# --- the whole lab on the real model, run once, in two parts --------------------------------------
 @dataclass
 class LabRun:
-    """One `python lab.py --quick` on a port of its own, its results in a folder of its own."""
+    """One `python lab.py --quick --steps ...` on a port of its own, its results in a folder of its
+    own: one part of the lab (lab_parts)."""
     port: int
     proc: subprocess.CompletedProcess
     results_dir: Path
@@ -225,23 +227,111 @@ class LabRun:
         return next(r["figure"] for r in self.saved("summary")["rows"] if r["step"] == number)
 
 
-@pytest.fixture(scope="session")
-def lab_run(tmp_path_factory) -> Iterator[LabRun]:
-    """The real-model lab, run once for every test that asks for it (each in the test file of
-    what it checks: test_task_9.py holds task 9's, test_lab.py the lab-wide ones); its server is
-    stopped afterwards, whatever happened (test_the_lab_leaves_no_process_on_its_port checks that
-    it goes). Every such test is marked real_model and runs on one worker, first
-    (pytest_collection_modifyitems)."""
-    from common import server
+def lab_parts() -> list[list[str]]:
+    """The quick lab in two runs of lab.py (its hidden --steps), one on each worker, so neither
+    waits on the other: the steps up to the first that runs engines of its own (they share the
+    lab's server, which the lab stops before that one: task 9), then the rest (each starts and
+    stops what it runs). Results names, in the list's order (common/steps.py)."""
+    from common import steps
 
-    port = server.free_port()
-    results_dir = tmp_path_factory.mktemp("lab-results")
+    names = [step.name for step in steps.STEPS]
+    first_own = next(i for i, step in enumerate(steps.STEPS) if step.own_engines)
+    return [names[:first_own + 1], names[first_own + 1:]]
+
+
+def part_of(names) -> int:
+    """The one part of the lab that ran every step named (results names)."""
+    found = {i for i, part in enumerate(lab_parts()) for name in names if name in part}
+    assert len(found) == 1 and all(any(n in p for p in lab_parts()) for n in names), \
+        f"{names}: not steps of one part of the lab ({lab_parts()})"
+    return found.pop()
+
+
+class LabParts:
+    """The parts of the lab for this pytest run, each run once whichever worker asks first: it
+    claims the part (a file created only if it does not exist), runs it and writes down where its
+    results are; a worker that asks later waits for that. So a part runs where its checks run
+    (pytest_collection_modifyitems gives each part's checks to one group), and `pytest -n 0`
+    runs both, one after the other. The servers a part left are stopped at the end."""
+
+    def __init__(self, shared: Path):
+        self.shared = shared
+        self.mine: dict[int, LabRun] = {}
+
+    def get(self, i: int) -> LabRun:
+        if i in self.mine:
+            return self.mine[i]
+        done = self.shared / f"lab-part-{i}.json"
+        try:
+            os.close(os.open(self.shared / f"lab-part-{i}.claimed", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return self._wait_for(done)
+        self.mine[i] = run = self._run(i)
+        tmp = done.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"port": run.port, "results_dir": str(run.results_dir),
+                                   "returncode": run.proc.returncode, "stdout": run.proc.stdout,
+                                   "stderr": run.proc.stderr}))
+        tmp.rename(done)   # whole, or not there
+        return run
+
+    def _run(self, i: int) -> LabRun:
+        from common import server, steps
+
+        port = server.free_port()
+        results_dir = self.shared / f"lab-part-{i}-results"
+        scripts = ",".join(steps.by_name()[name].script for name in lab_parts()[i])
+        try:
+            proc = run_script("lab.py", "--port", str(port), "--quick", "--steps", scripts,
+                              timeout=1200, env={"LAB_RESULTS_DIR": str(results_dir)})
+        except subprocess.TimeoutExpired as e:
+            proc = subprocess.CompletedProcess(e.cmd, -9, e.stdout or "", "timed out")
+        return LabRun(port, proc, results_dir)
+
+    @staticmethod
+    def _wait_for(done: Path, timeout_s: float = 1500) -> LabRun:
+        deadline = time.monotonic() + timeout_s
+        while not done.exists():
+            assert time.monotonic() < deadline, f"no {done.name} after {timeout_s:.0f} s"
+            time.sleep(1)
+        d = json.loads(done.read_text())
+        return LabRun(d["port"], subprocess.CompletedProcess("lab.py", d["returncode"],
+                                                             d["stdout"], d["stderr"]),
+                      Path(d["results_dir"]))
+
+    def stop(self) -> None:
+        from common import server
+
+        for run in self.mine.values():
+            server.stop_server(run.port)
+
+
+@pytest.fixture(scope="session")
+def _lab_parts(tmp_path_factory) -> Iterator[LabParts]:
+    # one folder for the whole pytest run: the workers' own (popen-gw0, ...) share a parent
+    base = tmp_path_factory.getbasetemp()
+    parts = LabParts(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
     try:
-        proc = run_script("lab.py", "--port", str(port), "--quick", timeout=1200,
-                          env={"LAB_RESULTS_DIR": str(results_dir)})
-        yield LabRun(port, proc, results_dir)
+        yield parts
     finally:
-        server.stop_server(port)
+        parts.stop()
+
+
+@pytest.fixture
+def lab_run(request, _lab_parts) -> LabRun:
+    """The part of the real-model lab that ran the steps this test checks, as its mark names
+    them (@pytest.mark.lab_steps("task_9_build_your_own_engine")): run once for every test that
+    asks for it, each in the test file of what it checks (test_task_9.py holds task 9's). Its
+    server is stopped at the end, whatever happened (test_the_lab_leaves_no_process_on_its_port
+    checks that it goes). pytest_collection_modifyitems marks these real_model and puts each
+    part's in one group, first."""
+    return _lab_parts.get(part_of(request.node.get_closest_marker("lab_steps").args))
+
+
+@pytest.fixture
+def whole_lab(_lab_parts) -> list[LabRun]:
+    """Every part of the real-model lab, in the order of the steps: for the lab-wide checks
+    (tests/test_lab.py), which run last."""
+    return [_lab_parts.get(i) for i in range(len(lab_parts()))]
 
 
 # --- a tiny-model server the --base-url tests share ---------------------------------------------
@@ -283,22 +373,36 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Which worker runs what, under pytest.ini's --dist loadgroup (xdist deals out whole
-    xdist_group's): every test of the lab's run (those that take lab_run, in whichever file)
-    is one group, marked real_model and engine, and goes first: it is the longest by far (about
-    half the suite), so one worker runs it while the other runs the rest. Every other test
-    without a group of its own is grouped by its file, so a file's tests share a worker and its
-    module-scoped server, as --dist loadfile had them. tryfirst: before xdist's own hook, which
-    reads the xdist_group marks (xdist/remote.py), and before -m reads real_model."""
+    xdist_group's, in this order, the next to the first worker with two tests or fewer left):
+    - each part of the lab's run (lab_parts) is one group, the checks of its steps (the tests
+      that take lab_run, in whichever file, marked lab_steps), marked real_model and engine;
+      the two go first, so each worker starts on one: they are the longest by far;
+    - the lab-wide checks (those that take whole_lab) are one group, last: by then both parts
+      are done, so no worker waits for the other;
+    - every other test without a group of its own is grouped by its file, so a file's tests
+      share a worker and its module-scoped server, as --dist loadfile had them.
+    tryfirst: before xdist's own hook, which reads the xdist_group marks (xdist/remote.py), and
+    before -m reads real_model."""
+    rank = {}
     for item in items:
-        if "lab_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(LAB_GROUP))
+        fixtures = getattr(item, "fixturenames", ())
+        if "lab_run" in fixtures or "whole_lab" in fixtures:
             item.add_marker(pytest.mark.real_model)
             item.add_marker(pytest.mark.engine)
+            group, rank[id(item)] = LAB_GROUP, 2
+            if "lab_run" in fixtures:
+                mark = item.get_closest_marker("lab_steps")
+                if mark is None:
+                    raise pytest.UsageError(f"{item.nodeid} takes lab_run: name the steps it "
+                                            f"checks, @pytest.mark.lab_steps(...)")
+                part = part_of(mark.args)
+                group, rank[id(item)] = f"lab_part_{part}", part / 10
+            item.add_marker(pytest.mark.xdist_group(group))
         elif item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
         if getattr(config.option, "loadgroup", False):       # on an xdist worker
             _name_its_group(item)
-    items.sort(key=lambda item: item.get_closest_marker("real_model") is None)
+    items.sort(key=lambda item: rank.get(id(item), 1))   # stable: files keep their order
 
 
 def _name_its_group(item) -> None:

@@ -508,6 +508,7 @@ def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
     assert processes_on_port(port) == [] and processes_on_port(dashboard_port) == []
 
 
+@pytest.mark.lab_steps("task_7_tuning", "task_8_dashboard")
 def test_task_8_on_the_real_model_sees_the_batch_capped_by_task_7(lab_run):
     # task 8 watches the server task 7 left (config C, max_num_seqs=8) while 20 requests run:
     # 8 run, the rest wait, the KV cache is in use, tokens flow; the insight names the cap

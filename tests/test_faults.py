@@ -224,6 +224,7 @@ def test_a_restart_says_why(asked, why, monkeypatch, capsys):
         server._state_path(port).unlink(missing_ok=True)
 
 
+@pytest.mark.lab_steps("verify_environment")
 def test_verify_environment_passes_on_the_real_model(lab_run):
     verify = lab_run.saved("verify_environment")
     assert verify["passed"] == 5 and verify["checks"] == [True] * 5

@@ -1,21 +1,24 @@
 """The whole lab end to end on the real packaged model: every step of common/steps.py and the
 summary, as `python lab.py --quick` runs them (small workloads: the same code paths as `make lab`
-in about half the time; `make lab` itself is timed in docs/measurements.md), on a free port
-(never :8000). The lab runs once, for the whole session: the fixture lab_run (tests/conftest.py).
+in about half the time; `make lab` itself is timed in docs/measurements.md), on free ports
+(never :8000). The lab runs once, for the whole session, in two parts, one on each worker (its
+hidden --steps): the steps up to task 9, which share the lab's server, then the rest, which each
+start their own (tests/conftest.py: lab_parts, and the fixtures lab_run and whole_lab).
 
 This file holds the lab-wide checks, each going over common/steps.py: every step ran to the end
 in the order of the list with its --quick arguments, every step's peak memory, the vLLM server
 included, stays in the 3.5 GB budget of the source's 4 GB VM, the server is stopped before the
 steps that run engines of their own, the summary has a row for every step and the roofline,
-every report is saved, and nothing is left on the lab's port. (Times are reported, never
+every report is saved, and nothing is left on the lab's ports. (Times are reported, never
 asserted.) What each step measured is checked in that step's own test file, by a test taking
-lab_run (test_faults.py: verify_environment's; test_tasks_1_2.py: tasks 1-2 and task 2's KV
-capacity; test_server_tasks.py: 5-6; test_tasks_6_7.py: 7; test_dashboard.py: 8;
-test_task_<N>.py from 9 on), so a new task adds its own there and nothing here.
+lab_run and naming its steps (@pytest.mark.lab_steps; test_faults.py: verify_environment's;
+test_tasks_1_2.py: tasks 1-2 and task 2's KV capacity; test_server_tasks.py: 5-6;
+test_tasks_6_7.py: 7; test_dashboard.py: 8; test_task_<N>.py from 9 on), so a new task adds its
+own there and nothing here.
 
-Each concern is a test of its own, so a failure names what broke and hides nothing else. Every
-test that takes lab_run, in whichever file, is marked real_model and put in one xdist_group by
-tests/conftest.py, which runs them first, on one worker."""
+Each concern is a test of its own, so a failure names what broke and hides nothing else. These
+take whole_lab: tests/conftest.py marks them real_model and runs them last, when both parts are
+done."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,83 +57,101 @@ def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
 
 
 # --- the lab's run, lab-wide: one test per concern, in the order the lab runs its steps ---------
-def test_the_lab_runs_every_step_to_the_end(lab_run):
-    proc = lab_run.proc
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    assert "Traceback" not in proc.stderr
-    assert_fits(proc.stdout)                     # every report of every step: 65 columns
-    run = lab_run.saved("lab_run")
-    assert run["completed"] is True and run["quick"] is True
-    assert [s["script"] for s in run["steps"]] == [step.script for step in steps.STEPS]
-    for step in run["steps"]:
+def test_the_lab_runs_every_step_to_the_end(whole_lab):
+    """Its parts (conftest.lab_parts) ran every step of the list, in its order, to the end."""
+    for part in whole_lab:
+        proc = part.proc
+        assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+        assert "Traceback" not in proc.stderr
+        assert_fits(proc.stdout)                 # every report of every step: 65 columns
+        run = part.saved("lab_run")
+        assert run["completed"] is True and run["quick"] is True
+    ran = [s for part in whole_lab for s in part.saved("lab_run")["steps"]]
+    assert [s["script"] for s in ran] == [step.script for step in steps.STEPS]
+    for step in ran:
         assert step["exit_code"] == 0 and step["seconds"] > 0, step
 
 
-def test_quick_gives_each_step_its_small_workload(lab_run):
+def test_quick_gives_each_step_its_small_workload(whole_lab):
     """Each step ran with its arguments and --quick's (common/steps.py); each step's own test of
     the lab's run checks what its small workload made."""
-    args = {s["script"]: s["args"] for s in lab_run.saved("lab_run")["steps"]}
-    assert args == {step.script: step.command(lab_run.port, quick=True)[1:]
-                    for step in steps.STEPS}
+    by_name = steps.by_name()
+    for part in whole_lab:
+        args = {s["script"]: s["args"] for s in part.saved("lab_run")["steps"]}
+        assert args == {script: by_name[Path(script).stem].command(part.port, quick=True)[1:]
+                        for script in args}
 
 
-def test_every_step_stays_in_the_memory_budget(lab_run):
-    run = lab_run.saved("lab_run")
-    for step in run["steps"]:
+def test_every_step_stays_in_the_memory_budget(whole_lab):
+    ran = [s for part in whole_lab for s in part.saved("lab_run")["steps"]]
+    for step in ran:
         assert 0 < step["peak_memory_bytes"] < summary.MEMORY_BUDGET_BYTES, step
     # the steps that talk to the lab's server (tasks 5-8): the script + the server's 3
     # processes: the API server, its engine core holding the worker
     # (VLLM_ENABLE_V1_MULTIPROCESSING=0) and multiprocessing's resource tracker
     shared = [step.script for step in steps.STEPS if steps.PORT in step.args
               and not step.own_engines]
-    assert shared and {s["script"]: s["peak_processes"] for s in run["steps"]
+    assert shared and {s["script"]: s["peak_processes"] for s in ran
                        if s["script"] in shared} == {script: 4 for script in shared}
 
 
-def test_the_server_is_stopped_before_the_steps_with_engines_of_their_own(lab_run):
+def test_the_server_is_stopped_before_the_steps_with_engines_of_their_own(whole_lab):
     """The lab stops the server the steps before shared ahead of the first step that runs
     engines of its own (task 9), so its memory is not charged to that step; a later one that
     starts the lab's server itself stops it after, so no other finds one left to stop."""
     own = [step.script for step in steps.STEPS if step.own_engines]
-    stopped = [script for script in own if f"Stopped the lab's vLLM server on :{lab_run.port}: "
-               f"{script} runs engines of its own." in lab_run.out]
+    stopped = [script for part in whole_lab for script in own
+               if f"Stopped the lab's vLLM server on :{part.port}: {script} runs engines of its "
+                  f"own." in part.out]
     assert stopped == own[:1]
 
 
-def test_the_summary_has_every_row_and_the_roofline(lab_run, monkeypatch):
-    s = lab_run.saved("summary")
-    # a row for every step, in the list's order, each its script's summary_row of the result
-    # the lab saved (each step's own figure: in its own test of the lab's run)
-    assert [(r["step"], r["what"]) for r in s["rows"]] == [(step.number, step.title)
-                                                           for step in steps.STEPS]
-    assert all("not run yet" not in row["figure"] for row in s["rows"])
-    monkeypatch.setenv("LAB_RESULTS_DIR", str(lab_run.results_dir))
-    assert [r["figure"] for r in s["rows"]] == [step.row(step.load()) for step in steps.STEPS]
-    assert set(s["roofline"]["placed"]) == {"task_1_hf_baseline", "task_2_vllm_inference",
-                                            "task_6_multi_user_load"}
-    assert s["roofline"]["num_params"] == 134_515_008
-    # every measured step on three rungs, the kernel floor measured at the batches that ran
-    assert sorted(lab_run.saved("machine")["kernel_floor"]["step_s"], key=int) == ["1", "20"]
-    rungs = s["roofline"]["rungs"]
+def test_the_summary_has_every_row_and_the_roofline(whole_lab, monkeypatch):
+    """Each part's summary has a row for every step, in the list's order: its own steps' from
+    the results it saved, the other part's not run yet; the roofline where tasks 1, 2 and 6
+    ran."""
+    for part in whole_lab:
+        s = part.saved("summary")
+        assert [(r["step"], r["what"]) for r in s["rows"]] == [(step.number, step.title)
+                                                               for step in steps.STEPS]
+        ran = {Path(r["script"]).stem for r in part.saved("lab_run")["steps"]}
+        monkeypatch.setenv("LAB_RESULTS_DIR", str(part.results_dir))
+        for row, step in zip(s["rows"], steps.STEPS):
+            if step.name in ran:   # each step's own figure: in its own test of the lab's run
+                assert row["figure"] == step.row(step.load()), step.name
+            else:
+                assert "not run yet" in row["figure"], step.name
+        assert s["lab_run"]["steps"] == part.saved("lab_run")["steps"]
+        assert "LAST `python lab.py --quick`" in part.proc.stdout
+        assert "(--quick: small workloads)" in part.out
+    # the roofline: in the part that ran tasks 1, 2 and 6, each measured step on three rungs,
+    # the kernel floor measured at the batches that ran
+    (first,) = [part for part in whole_lab if "task_1_hf_baseline.py" in
+                [s["script"] for s in part.saved("lab_run")["steps"]]]
+    roofline = first.saved("summary")["roofline"]
+    assert set(roofline["placed"]) == {"task_1_hf_baseline", "task_2_vllm_inference",
+                                       "task_6_multi_user_load"}
+    assert roofline["num_params"] == 134_515_008
+    assert sorted(first.saved("machine")["kernel_floor"]["step_s"], key=int) == ["1", "20"]
+    rungs = roofline["rungs"]
     assert [g["label"] for g in rungs] == ["HF, 1 request", "vLLM, 1 request",
                                            "server, 1 user", "server, 20 users"]
     assert all(g["floor_ms"] > 0 and g["step_ms"] > 0 for g in rungs)
-    assert s["lab_run"]["steps"] == lab_run.saved("lab_run")["steps"]
-    assert "LAST `python lab.py --quick`" in lab_run.proc.stdout
-    assert "(--quick: small workloads)" in lab_run.out
 
 
-def test_each_report_is_saved_for_the_report_page(lab_run):
+def test_each_report_is_saved_for_the_report_page(whole_lab):
     """Each step's report as the terminal showed it, in results/<script>.txt, and the page
     drawn from them, results/report.html."""
-    for step in lab_run.saved("lab_run")["steps"]:
-        text = (lab_run.results_dir / f"{Path(step['script']).stem}.txt").read_text()
-        assert text.strip() and text in lab_run.proc.stdout, step["script"]
-    assert (lab_run.results_dir / "summary.txt").read_text().strip()
-    assert (lab_run.results_dir / "report.html").stat().st_size > 0
+    for part in whole_lab:
+        for step in part.saved("lab_run")["steps"]:
+            text = (part.results_dir / f"{Path(step['script']).stem}.txt").read_text()
+            assert text.strip() and text in part.proc.stdout, step["script"]
+        assert (part.results_dir / "summary.txt").read_text().strip()
+        assert (part.results_dir / "report.html").stat().st_size > 0
 
 
-def test_the_lab_leaves_no_process_on_its_port(lab_run):
-    """Once its server is stopped, nothing of the lab runs on its port."""
-    server.stop_server(lab_run.port)
-    assert processes_on_port(lab_run.port) == []
+def test_the_lab_leaves_no_process_on_its_port(whole_lab):
+    """Once its server is stopped, nothing of the lab runs on its ports."""
+    for part in whole_lab:
+        server.stop_server(part.port)
+        assert processes_on_port(part.port) == []

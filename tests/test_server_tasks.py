@@ -220,6 +220,7 @@ def test_engine_args_reach_the_command_the_description_and_the_reuse_check(tmp_p
     assert server.running_config(8321) != dataclasses.replace(config, engine_args=())
 
 
+@pytest.mark.lab_steps("task_5_api_server", "task_6_multi_user_load")
 def test_tasks_5_and_6_talk_to_the_lab_server_on_the_real_model(lab_run):
     port = str(lab_run.port)
     assert lab_run.args("task_6_multi_user_load") == [                     # --quick's

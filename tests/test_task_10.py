@@ -252,6 +252,7 @@ def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
     assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0]
 
 
+@pytest.mark.lab_steps("task_10_prefix_caching")
 def test_task_10_on_the_real_model_shares_the_prefix_pages(lab_run):
     # task 10: 8 chat requests share a 90-token prefix: 5 whole pages of 16 (80 tokens),
     # computed by the first request, taken from the cache by the 7 others: 560 tokens, in

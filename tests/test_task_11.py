@@ -307,6 +307,7 @@ def test_task_11_against_a_server_given_by_base_url(tiny_model, speculating_serv
     assert "vLLM" not in task11.summary_row(record)
 
 
+@pytest.mark.lab_steps("task_11_chunked_prefill")
 def test_task_11_on_the_real_model_holds_the_budget_and_changes_no_token(lab_run):
     # task 11 (--quick): 4 chats of 39-42 prompt tokens make 16 tokens each; one document of
     # 300 tokens of the text (about 333 with its template) arrives after 8 and makes 8. Without

@@ -330,6 +330,7 @@ def test_a_workload_that_cannot_fit_is_one_line(tiny_model, capsys):
         assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
+@pytest.mark.lab_steps("task_12_speculative_decoding")
 def test_task_12_on_the_real_model_guesses_and_changes_no_token(lab_run):
     # task 12 (--quick: k = 4, 3 requests, 16 tokens an answer): in fp32 every request of
     # both workloads identical with speculation on and off, token for token, with guesses

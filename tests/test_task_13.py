@@ -202,6 +202,7 @@ def test_bad_flags_get_one_line(args, message, capsys):
     assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.lab_steps("task_13_compiled_step")
 def test_task_13_on_the_real_model(lab_run):
     """The quick lab's task 13: both engines, one graph; vLLM eager in its own process (--quick
     leaves the compiled one out: test_task_13_on_the_tiny_model runs it)."""

@@ -124,6 +124,7 @@ def test_bad_flags_get_one_line(args, message, capsys):
     assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.lab_steps("task_14_quantized_kv")
 def test_task_14_on_the_real_model(lab_run):
     """The quick lab's task 14: mini_engine at each format; vLLM's server at auto and fp8, its
     blocks as the arithmetic says, both engines' part 3."""

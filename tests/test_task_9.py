@@ -265,6 +265,7 @@ def test_without_part_4_or_with_a_token_that_differs(capsys):
             "with their logit margin") in out
 
 
+@pytest.mark.lab_steps("task_9_build_your_own_engine")
 def test_task_9_on_the_real_model_is_token_identical_to_transformers(lab_run):
     # task 9: the engine token-identical to transformers on the real model (8 prompts),
     # all three policies made every token of the workload, vLLM and transformers too

@@ -60,6 +60,7 @@ def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     assert step.row(typed) == f"{t2['tokens_per_s']:.1f} tok/s ({t2['speedup']:.1f}x)"
 
 
+@pytest.mark.lab_steps("task_1_hf_baseline", "task_2_vllm_inference")
 def test_tasks_1_and_2_generate_from_the_real_model(lab_run, real_model):
     assert lab_run.args("task_1_hf_baseline") == ["--max-tokens", "10"]     # --quick's
     t1 = lab_run.saved("task_1_hf_baseline")
@@ -72,6 +73,7 @@ def test_tasks_1_and_2_generate_from_the_real_model(lab_run, real_model):
     assert lab_run.row("task_1_hf_baseline") == f"{t1['tokens_per_s']:.1f} tok/s"   # summary
 
 
+@pytest.mark.lab_steps("task_2_vllm_inference")
 def test_task_2_kv_capacity_on_the_real_model_is_what_the_arithmetic_says(lab_run):
     t2 = lab_run.saved("task_2_vllm_inference")
     # What vLLM allocated for SmolLM's shape in 128 MiB, in blocks of settings.BLOCK_SIZE,

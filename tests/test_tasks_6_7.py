@@ -106,6 +106,7 @@ def test_the_figures_have_a_title_axes_with_units_and_a_caption(name):
     assert drawn[0][0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.lab_steps("task_2_vllm_inference", "task_7_tuning")
 def test_task_7_on_the_real_model_restarts_the_server_for_each_config(lab_run):
     t2 = lab_run.saved("task_2_vllm_inference")
     configs = lab_run.saved("task_7_tuning")["configs"]

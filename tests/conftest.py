@@ -283,8 +283,9 @@ class LabParts:
         try:
             proc = run_script("lab.py", "--port", str(port), "--quick", "--steps", scripts,
                               timeout=1200, env={"LAB_RESULTS_DIR": str(results_dir)})
-        except subprocess.TimeoutExpired as e:
-            proc = subprocess.CompletedProcess(e.cmd, -9, e.stdout or "", "timed out")
+        except subprocess.TimeoutExpired as e:   # its output so far comes as bytes
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+            proc = subprocess.CompletedProcess(e.cmd, -9, out, "lab.py timed out after 1200 s")
         return LabRun(port, proc, results_dir)
 
     @staticmethod

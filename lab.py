@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> results.LabRun:
     stop_a_server_left_running(args.port)
     start = time.perf_counter()
     commands = chosen_steps(args.port, args.steps, args.quick)
-    done = run_steps(commands, args.port)
+    done, stopped_before = run_steps(commands, args.port)
     run = results.LabRun(port=args.port, quick=args.quick,
                          total_seconds=round(time.perf_counter() - start, 1), steps=done,
                          completed=all(s.exit_code == 0 for s in done)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> results.LabRun:
         stop_at_the_failed_step(run)
     run_summary()
     write_report(args.port)
-    say_where_the_server_is(commands, args.port)
+    say_where_the_server_is(stopped_before, args.port)
     return run
 
 
@@ -157,24 +157,26 @@ def stop_a_server_left_running(port: int) -> None:
                     f"lab measures every step from a clean start.")
 
 
-def run_steps(commands: list[list[str]], port: int) -> list[results.LabStepRun]:
+def run_steps(commands: list[list[str]], port: int
+              ) -> tuple[list[results.LabStepRun], str | None]:
     """Run the steps in order, up to the first that fails. The server the steps before share is
     stopped before a step that runs engines of its own (its memory is not that step's), and on
-    Ctrl-C."""
-    done = []
+    Ctrl-C. Returns what ran, and the step before which the server was stopped (None: never)."""
+    done, stopped_before = [], None
     try:
         for command in commands:
             if command[0] in OWN_ENGINES and server.stop_server(port):
                 print()   # a note's text is wrapped: a newline in it would become a space
                 report.note(f"Stopped the lab's vLLM server on :{port}: "
                             f"{command[0]} runs engines of its own.")
+                stopped_before = stopped_before or command[0]
             done.append(run_step(command, port))
             if done[-1].exit_code != 0:
                 break
     except KeyboardInterrupt:
         server.stop_server(port)
         raise
-    return done
+    return done, stopped_before
 
 
 def stop_at_the_failed_step(run: results.LabRun) -> NoReturn:
@@ -198,18 +200,18 @@ def run_summary() -> None:
         summary.main(["--measure"])
 
 
-def say_where_the_server_is(commands: list[list[str]], port: int) -> None:
-    """The closing note: the server was stopped before the first step with engines of its own,
-    or is still running (and how to stop it)."""
-    own = [command[0] for command in commands if command[0] in OWN_ENGINES]
-    if own:
-        report.note(f"The lab's vLLM server was stopped before "
-                    f"{lab_steps.by_name()[Path(own[0]).stem].label}; `make dashboard` starts "
-                    "one again for the live page.")
-    else:
+def say_where_the_server_is(stopped_before: str | None, port: int) -> None:
+    """The closing note: the lab's server is still running (and how to stop it), or the lab
+    stopped it before the first step with engines of its own; nothing when no server was left
+    between the steps (the tests' --steps of such steps only: each stops what it starts)."""
+    if server.lab_server_pid(port) is not None:
         stop = "make stop" if port == settings.SERVER_PORT else \
             f"python -m common.server stop --port {port}"
         report.note(f"The vLLM server is still running on :{port}; stop it with: {stop}")
+    elif stopped_before:
+        report.note(f"The lab's vLLM server was stopped before "
+                    f"{lab_steps.by_name()[Path(stopped_before).stem].label}; `make dashboard` "
+                    "starts one again for the live page.")
 
 
 def write_report(port: int) -> None:

@@ -266,12 +266,18 @@ class LabParts:
             os.close(os.open(self.shared / f"lab-part-{i}.claimed", os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return self._wait_for(done)
-        self.mine[i] = run = self._run(i)
-        tmp = done.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"port": run.port, "results_dir": str(run.results_dir),
-                                   "returncode": run.proc.returncode, "stdout": run.proc.stdout,
-                                   "stderr": run.proc.stderr}))
-        tmp.rename(done)   # whole, or not there
+        try:
+            self.mine[i] = run = self._run(i)
+        except BaseException as e:   # whoever waits is told, not left waiting for 25 minutes
+            failed = subprocess.CompletedProcess("lab.py", -1, "", f"{type(e).__name__}: {e}")
+            self.mine[i] = run = LabRun(0, failed, self.shared / f"lab-part-{i}-results")
+            raise
+        finally:
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"port": run.port, "results_dir": str(run.results_dir),
+                                       "returncode": run.proc.returncode,
+                                       "stdout": run.proc.stdout, "stderr": run.proc.stderr}))
+            tmp.rename(done)   # whole, or not there
         return run
 
     def _run(self, i: int) -> LabRun:
@@ -321,10 +327,10 @@ def _lab_parts(tmp_path_factory) -> Iterator[LabParts]:
 def lab_run(request, _lab_parts) -> LabRun:
     """The part of the real-model lab that ran the steps this test checks, as its mark names
     them (@pytest.mark.lab_steps("task_9_build_your_own_engine")): run once for every test that
-    asks for it, each in the test file of what it checks (test_task_9.py holds task 9's). Its
-    server is stopped at the end, whatever happened (test_the_lab_leaves_no_process_on_its_port
-    checks that it goes). pytest_collection_modifyitems marks these real_model and puts each
-    part's in one group, first."""
+    asks for it, each in the test file of what it checks (test_task_9.py holds task 9's). A
+    server it left is stopped at the end, whatever happened (test_the_lab_leaves_no_process_on_
+    its_ports checks that the lab left none). pytest_collection_modifyitems marks these
+    real_model and puts each part's in one group, first."""
     return _lab_parts.get(part_of(request.node.get_closest_marker("lab_steps").args))
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import lab
 import summary
-from common import results, server, steps
+from common import results, steps
 from tests.conftest import REPO, assert_fits, processes_on_port
 
 
@@ -104,6 +104,11 @@ def test_the_server_is_stopped_before_the_steps_with_engines_of_their_own(whole_
                if f"Stopped the lab's vLLM server on :{part.port}: {script} runs engines of its "
                   f"own." in part.out]
     assert stopped == own[:1]
+    # the closing note says so where it happened, and nowhere that a server is left running
+    first = steps.by_name()[Path(own[0]).stem].label
+    assert [f"The lab's vLLM server was stopped before {first};" in part.out
+            for part in whole_lab] == [True, False]
+    assert not any("is still running on" in part.out for part in whole_lab)
 
 
 def test_the_summary_has_every_row_and_the_roofline(whole_lab, monkeypatch):
@@ -150,8 +155,8 @@ def test_each_report_is_saved_for_the_report_page(whole_lab):
         assert (part.results_dir / "report.html").stat().st_size > 0
 
 
-def test_the_lab_leaves_no_process_on_its_port(whole_lab):
-    """Once its server is stopped, nothing of the lab runs on its ports."""
+def test_the_lab_leaves_no_process_on_its_ports(whole_lab):
+    """Nothing of the lab runs on its ports once it is done: the lab stopped the server the steps
+    before task 9 shared, and each later step stopped the one it started."""
     for part in whole_lab:
-        server.stop_server(part.port)
-        assert processes_on_port(part.port) == []
+        assert processes_on_port(part.port) == [], part.port

@@ -1,9 +1,10 @@
 """Task 13: its record built by hand (tests/hand/), saved and read back whole, the figures that
 follow from others (the step's and tokens/s ratios), the summary's row, the insight lines both
 ways, its figure and its report printed from the record; end to end on the tiny model (main():
-both engines' tokens identical in fp32, one graph; vLLM eager and compiled in processes of their
-own), and where nothing can be compiled; its bad flags. On the real model it runs in the lab's
-quick run (the last test here), vLLM eager only there. Counts are asserted, never times."""
+both engines' tokens identical in fp32, one graph; vLLM compiled in a process of its own), and
+where nothing can be compiled; its bad flags. On the real model it runs in the lab's quick run
+(the last test here), vLLM eager only there, so each vLLM mode starts once in the suite. Counts
+are asserted, never times."""
 from __future__ import annotations
 
 import pytest

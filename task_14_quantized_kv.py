@@ -37,6 +37,7 @@ from lessons.task_14.record import (Capacity, Quality, QuantizedKV, Settings, la
 from lessons.task_14.report import print_report, print_run_info
 from mini_engine import Llama
 from mini_engine.engine import eos_token_ids
+from mini_engine import kv_quant
 from mini_engine.kv_quant import bytes_per_token
 
 SCRIPT = "task_14_quantized_kv"
@@ -115,7 +116,8 @@ def settings_of(args, model_path: str, dtype: str, longest: int) -> Settings:
                  f"request of {longest}")
     return Settings(PAGE, settings.KV_CACHE_BYTES, USER_TOKENS, args.prompts, args.max_tokens,
                     args.passage, longest, args.load_mib << 20, args.load_requests,
-                    LOAD_PROMPT_TOKENS, args.load_tokens, args.port, not args.no_vllm)
+                    LOAD_PROMPT_TOKENS, args.load_tokens, args.port, not args.no_vllm,
+                    kv_quant.read_path())
 
 
 def load_windows(tokenizer, text: str, args) -> list[str]:

@@ -25,12 +25,22 @@ with "token", scales [slots, 2, kv_heads] in bf16, the scales beside the values 
 slot, so that a page keeps its scales wherever it is shared, rolled back or reused. Attention
 writes through write() and reads a context back through read(): the gather reads 8-bit values,
 and only the context being attended is turned back into the model's dtype (dequantizing the
-whole pool each step would cost a pass over every page, used or not), through a table of every
-pair of 8-bit values (dequantize: torch's own conversion is value by value, and slow).
+whole pool each step would cost a pass over every page, used or not). Where this machine has a C
+compiler, the read is one pass of a few lines of C (kv_read.c, built once for this CPU with
+-march=native and kept in ~/.cache/mini_engine): gather, value, scale, rounding. Where it has
+none, torch reads in four: the gather, a table of every pair of 8-bit values (dequantize:
+torch's own conversion is value by value, and slow), the scales' gather and the multiply. Both
+give the same bits (tests/test_kv_quant.py).
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -88,7 +98,26 @@ class QuantizedPool(NamedTuple):
         self.values.view(torch.uint8).index_copy_(0, slots, quantized.view(torch.uint8))
 
     def read(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The K and V at these slots, (n, 2, kv_heads, head_dim), back in the model's dtype."""
+        """The K and V at these slots, (n, 2, kv_heads, head_dim), back in the model's dtype:
+        in one pass of kv_read.c where it could be built, else with torch (read_with_torch)."""
+        reader = c_reader()
+        if reader is None or dtype not in (torch.bfloat16, torch.float32) or not slots.numel():
+            return self.read_with_torch(slots, dtype)
+        slots = slots.to(torch.int64).contiguous()
+        low, high = torch.aminmax(slots)    # C checks no bounds: a bad slot is an error here
+        if low < 0 or high >= self.values.shape[0]:
+            raise IndexError(f"slot {int(high) if high >= self.values.shape[0] else int(low)} "
+                             f"out of the pool's {self.values.shape[0]}")
+        out = torch.empty(slots.shape[0], *self.values.shape[1:], dtype=dtype)
+        reader(self.values.data_ptr(),
+               None if self.scales is None else self.scales.data_ptr(),
+               slots.data_ptr(), slots.shape[0], self.values.shape[1] * self.values.shape[2],
+               self.values.shape[3], value_table(self.values.dtype).data_ptr(),
+               int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads())
+        return out
+
+    def read_with_torch(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The same read in four passes of torch: gather, values, scales, multiply."""
         raw = self.values.index_select(0, slots)             # 8-bit rows: half bf16's bytes
         kv = dequantize(raw, dtype)
         if self.scales is not None:
@@ -113,3 +142,50 @@ def dequantize(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     codes = raw.view(torch.int16).int() & 0xFFFF            # the pair's two bytes, unsigned
     table = pair_table(raw.dtype, dtype)
     return table.index_select(0, codes.flatten()).view(dtype).view(raw.shape)
+
+
+# --- the read in one pass: kv_read.c, built for this machine --------------------------------------
+C_SOURCE = Path(__file__).with_name("kv_read.c")
+C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")   # native: built where it runs
+
+
+@functools.cache
+def value_table(fp8: torch.dtype) -> torch.Tensor:
+    """The value of each of the format's 256 codes, in float32, by torch's own conversion."""
+    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fp8).float()
+
+
+@functools.cache
+def c_reader():
+    """kv_read.c's read_kv8, built once for this CPU and compiler (cached by a hash of the
+    source, the flags and the CPU's feature flags, so a library built for another CPU is never
+    loaded), or None where no C compiler builds it: the reads then run in torch."""
+    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if cc is None:
+        return None
+    source = C_SOURCE.read_bytes()
+    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("flags")), "") if Path("/proc/cpuinfo").exists() else ""
+    key = hashlib.sha256(b"\0".join([source, " ".join(C_FLAGS).encode(), cc.encode(),
+                                      cpu.encode()])).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mini_engine"
+    library = cache / f"kv_read-{key}.so"
+    if not library.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = library.with_suffix(f".{os.getpid()}.tmp")
+        built = subprocess.run([cc, *C_FLAGS, "-o", str(tmp), str(C_SOURCE)],
+                               capture_output=True, text=True)
+        if built.returncode != 0:
+            return None
+        tmp.rename(library)                 # whole, or not there: two processes may build it
+    read = ctypes.CDLL(str(library)).read_kv8
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    read.argtypes = [p, p, p, i64, i64, i64, p, ctypes.c_int, p, ctypes.c_int]
+    read.restype = None
+    return read
+
+
+def read_path() -> str:
+    """How this machine reads the 8-bit cache back, for a report."""
+    return ("one pass of C (kv_read.c)" if c_reader() is not None else
+            "four passes of torch (no C compiler built kv_read.c)")

@@ -11,6 +11,7 @@ import torch
 
 from lessons.task_14 import quality as q
 from mini_engine import EngineConfig, LLMEngine
+from mini_engine import kv_quant
 from mini_engine.kv_quant import QuantizedPool, bytes_per_token, dequantize
 
 SMOL = (30, 3, 64)      # SmolLM2-135M: layers, KV heads, head_dim
@@ -70,6 +71,44 @@ def test_the_pair_table_reads_every_value_as_torch_converts_it(fp8, dtype):
     keep = ~raw.to(torch.float32).isnan().any(dim=1)
     raw = raw[keep]
     assert torch.equal(dequantize(raw, dtype), raw.to(dtype))
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
+@pytest.mark.parametrize("scale", ["token", "layer"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_read_in_one_pass_of_c_gives_torchs_bits(kv, scale, dtype):
+    """kv_read.c against the same read in torch's four passes: every value of the pool, the
+    format's subnormals and its largest among them, slots repeated and out of order, bit for
+    bit, in both formats, both scales and both of the model's dtypes."""
+    assert kv_quant.c_reader() is not None, "this machine has a C compiler: the C read is built"
+    torch.manual_seed(0)
+    pool = QuantizedPool.allocate(256, 3, 64, kv, scale)
+    k, v = torch.randn(2, 256, 3, 64) * torch.logspace(-6, 3, 256)[:, None, None]
+    pool.write(torch.arange(256), k, v)
+    slots = torch.cat([torch.randperm(256), torch.tensor([5, 5, 0, 255])])
+    fused, four = pool.read(slots, dtype), pool.read_with_torch(slots, dtype)
+    assert fused.dtype == four.dtype == dtype and fused.shape == four.shape == (260, 2, 3, 64)
+    assert torch.equal(fused.view(torch.uint8), four.view(torch.uint8))
+
+
+def test_a_slot_outside_the_pool_is_an_error_not_a_crash():
+    pool = QuantizedPool.allocate(8, 1, 64, "fp8", "token")
+    with pytest.raises(IndexError, match="slot 8 out of the pool's 8"):
+        pool.read(torch.tensor([0, 8]), torch.bfloat16)
+    with pytest.raises(IndexError, match="slot -1 out of the pool's 8"):
+        pool.read(torch.tensor([-1]), torch.bfloat16)
+
+
+def test_without_a_c_compiler_torch_reads(monkeypatch):
+    """No compiler found: no library, and read() is read_with_torch()'s."""
+    monkeypatch.setattr(kv_quant.shutil, "which", lambda name: None)
+    assert kv_quant.c_reader.__wrapped__() is None
+    monkeypatch.setattr(kv_quant, "c_reader", lambda: None)
+    pool = QuantizedPool.allocate(8, 1, 64, "fp8", "token")
+    pool.write(torch.arange(8), torch.randn(8, 1, 64), torch.randn(8, 1, 64))
+    slots = torch.tensor([3, 1, 3])
+    assert torch.equal(pool.read(slots, torch.bfloat16), pool.read_with_torch(slots,
+                                                                              torch.bfloat16))
 
 
 def test_a_layer_scale_of_one_clamps_and_loses_small_values():

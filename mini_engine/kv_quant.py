@@ -170,15 +170,18 @@ def c_reader():
                                       cpu.encode()])).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mini_engine"
     library = cache / f"kv_read-{key}.so"
-    if not library.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = library.with_suffix(f".{os.getpid()}.tmp")
-        built = subprocess.run([cc, *C_FLAGS, "-o", str(tmp), str(C_SOURCE)],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
-            return None
-        tmp.rename(library)                 # whole, or not there: two processes may build it
-    read = ctypes.CDLL(str(library)).read_kv8
+    try:
+        if not library.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = library.with_suffix(f".{os.getpid()}.tmp")
+            built = subprocess.run([cc, *C_FLAGS, "-o", str(tmp), str(C_SOURCE)],
+                                   capture_output=True, text=True)
+            if built.returncode != 0:       # e.g. a compiler without OpenMP
+                return None
+            tmp.rename(library)             # whole, or not there: two processes may build it
+        read = ctypes.CDLL(str(library)).read_kv8
+    except OSError:                         # a cache folder it cannot write, a library it
+        return None                         # cannot load: torch reads
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     read.argtypes = [p, p, p, i64, i64, i64, p, ctypes.c_int, p, ctypes.c_int]
     read.restype = None
@@ -188,4 +191,4 @@ def c_reader():
 def read_path() -> str:
     """How this machine reads the 8-bit cache back, for a report."""
     return ("one pass of C (kv_read.c)" if c_reader() is not None else
-            "four passes of torch (no C compiler built kv_read.c)")
+            "four passes of torch (kv_read.c could not be built here)")

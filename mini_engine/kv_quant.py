@@ -146,7 +146,10 @@ def dequantize(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 # --- the read in one pass: kv_read.c, built for this machine --------------------------------------
 C_SOURCE = Path(__file__).with_name("kv_read.c")
-C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")   # native: built where it runs
+# -march=native: built where it runs. -fopenmp: loaded after torch, the library binds to the
+# libgomp torch already loaded (the same soname), so both share one pool of threads (checked in
+# /proc/self/maps: one libgomp, torch's).
+C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 
 @functools.cache

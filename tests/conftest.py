@@ -226,6 +226,20 @@ class LabRun:
         number = steps.by_name()[name].number
         return next(r["figure"] for r in self.saved("summary")["rows"] if r["step"] == number)
 
+    def write(self, path: Path) -> None:
+        """Written whole or not at all, for a worker that waits for it (LabParts)."""
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"port": self.port, "results_dir": str(self.results_dir),
+                                   "returncode": self.proc.returncode,
+                                   "stdout": self.proc.stdout, "stderr": self.proc.stderr}))
+        tmp.rename(path)
+
+    @classmethod
+    def read(cls, path: Path) -> "LabRun":
+        d = json.loads(path.read_text())
+        return cls(d["port"], subprocess.CompletedProcess("lab.py", d["returncode"], d["stdout"],
+                                                          d["stderr"]), Path(d["results_dir"]))
+
 
 def lab_parts() -> list[list[str]]:
     """The quick lab in two runs of lab.py (its hidden --steps), one on each worker, so neither
@@ -241,9 +255,10 @@ def lab_parts() -> list[list[str]]:
 
 def part_of(names) -> int:
     """The one part of the lab that ran every step named (results names)."""
-    found = {i for i, part in enumerate(lab_parts()) for name in names if name in part}
-    assert len(found) == 1 and all(any(n in p for p in lab_parts()) for n in names), \
-        f"{names}: not steps of one part of the lab ({lab_parts()})"
+    parts = lab_parts()
+    found = {i for i, part in enumerate(parts) for name in names if name in part}
+    assert len(found) == 1 and all(any(name in part for part in parts) for name in names), \
+        f"{names}: not steps of one part of the lab ({parts})"
     return found.pop()
 
 
@@ -273,11 +288,7 @@ class LabParts:
             self.mine[i] = run = LabRun(0, failed, self.shared / f"lab-part-{i}-results")
             raise
         finally:
-            tmp = done.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"port": run.port, "results_dir": str(run.results_dir),
-                                       "returncode": run.proc.returncode,
-                                       "stdout": run.proc.stdout, "stderr": run.proc.stderr}))
-            tmp.rename(done)   # whole, or not there
+            run.write(done)
         return run
 
     def _run(self, i: int) -> LabRun:
@@ -300,10 +311,7 @@ class LabParts:
         while not done.exists():
             assert time.monotonic() < deadline, f"no {done.name} after {timeout_s:.0f} s"
             time.sleep(1)
-        d = json.loads(done.read_text())
-        return LabRun(d["port"], subprocess.CompletedProcess("lab.py", d["returncode"],
-                                                             d["stdout"], d["stderr"]),
-                      Path(d["results_dir"]))
+        return LabRun.read(done)
 
     def stop(self) -> None:
         from common import server

@@ -117,7 +117,7 @@ def settings_of(args, model_path: str, dtype: str, longest: int) -> Settings:
     return Settings(PAGE, settings.KV_CACHE_BYTES, USER_TOKENS, args.prompts, args.max_tokens,
                     args.passage, longest, args.load_mib << 20, args.load_requests,
                     LOAD_PROMPT_TOKENS, args.load_tokens, args.port, not args.no_vllm,
-                    kv_quant.read_path())
+                    kv_quant.c_path())
 
 
 def load_windows(tokenizer, text: str, args) -> list[str]:

@@ -26,11 +26,12 @@ slot, so that a page keeps its scales wherever it is shared, rolled back or reus
 writes through write() and reads a context back through read(): the gather reads 8-bit values,
 and only the context being attended is turned back into the model's dtype (dequantizing the
 whole pool each step would cost a pass over every page, used or not). Where this machine has a C
-compiler, the read is one pass of a few lines of C (kv_read.c, built once for this CPU with
--march=native and kept in ~/.cache/mini_engine): gather, value, scale, rounding. Where it has
-none, torch reads in four: the gather, a table of every pair of 8-bit values (dequantize:
-torch's own conversion is value by value, and slow), the scales' gather and the multiply. Both
-give the same bits (tests/test_kv_quant.py).
+compiler, each is one pass of a few lines of C (kv_quant.c, built once for this CPU with
+-march=native and kept in ~/.cache/mini_engine): the write quantizes each row's heads straight
+into their slot, the read gathers, converts, scales and rounds. Where it has none, torch does
+the same in many small operations: about fourteen to write a layer, and four passes to read (the
+gather, a table of every pair of 8-bit values, the scales' gather, the multiply). Both give the
+same bits (tests/test_kv_quant.py).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -66,10 +67,19 @@ def bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, kv_cache_dtyp
     return values + (2 * num_layers * kv_heads * SCALE_DTYPE.itemsize if scaled else 0)
 
 
-class QuantizedPool(NamedTuple):
+class QuantizedPool:
     """One layer's 8-bit K and V, and their scales (None: one scale a layer, 1.0)."""
-    values: torch.Tensor            # (slots, 2, kv_heads, head_dim), fp8
-    scales: torch.Tensor | None     # (slots, 2, kv_heads), bf16; None with kv_scale "layer"
+    __slots__ = ("values", "scales", "largest", "_c_pool")
+
+    def __init__(self, values: torch.Tensor, scales: torch.Tensor | None):
+        self.values = values        # (slots, 2, kv_heads, head_dim), fp8
+        self.scales = scales        # (slots, 2, kv_heads), bf16; None with kv_scale "layer"
+        self.largest = torch.finfo(values.dtype).max       # 448 (e4m3) or 57,344 (e5m2)
+        # what the C is told about the pool on every call, worked out once: a layer's write and
+        # its reads run 30 times a step, and each Python step of a call costs about a microsecond
+        self._c_pool = (values.view(torch.uint8).data_ptr(),
+                        None if scales is None else scales.data_ptr(),
+                        values.shape[0], int(values.dtype == torch.float8_e5m2))
 
     @classmethod
     def allocate(cls, num_slots: int, kv_heads: int, head_dim: int, kv_cache_dtype: str,
@@ -80,12 +90,26 @@ class QuantizedPool(NamedTuple):
                   else None)
         return cls(values, scales)
 
-    @property
-    def largest(self) -> float:
-        return torch.finfo(self.values.dtype).max
-
     def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store the rows' K and V (T, kv_heads, head_dim) at their slots, in 8 bits."""
+        """Store the rows' K and V (T, kv_heads, head_dim) at their slots, in 8 bits: in one pass
+        of kv_quant.c where it could be built, else with torch (write_with_torch)."""
+        kernels = c_kernels()
+        if kernels is None or k.dtype not in (torch.bfloat16, torch.float32) or not slots.numel():
+            return self.write_with_torch(slots, k, v)
+        slots = slots.to(torch.int64).contiguous()
+        # the C reads each row's heads as one run of kv_heads x head_dim values; a row may
+        # start anywhere (k and v are slices of the projection's output rows)
+        k, v = (x if x.stride(-1) == 1 and x.stride(-2) == x.shape[-1] else x.contiguous()
+                for x in (k, v))
+        values, scales, num_slots, e5m2 = self._c_pool
+        _, _, heads, dim = self.values.shape
+        self.raise_if_bad(slots, kernels.write(
+            k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), int(k.dtype == torch.bfloat16),
+            slots.data_ptr(), slots.shape[0], num_slots, heads, dim, values, scales, e5m2,
+            self.largest, torch.get_num_threads()))
+
+    def write_with_torch(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The same write in torch's operations."""
         kv = torch.stack((k, v), dim=1).float()                           # (T, 2, KVH, D)
         if self.scales is not None:
             # the head's largest magnitude maps to the format's largest value; an all-zero
@@ -99,21 +123,17 @@ class QuantizedPool(NamedTuple):
 
     def read(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The K and V at these slots, (n, 2, kv_heads, head_dim), back in the model's dtype:
-        in one pass of kv_read.c where it could be built, else with torch (read_with_torch)."""
-        reader = c_reader()
-        if reader is None or dtype not in (torch.bfloat16, torch.float32) or not slots.numel():
+        in one pass of kv_quant.c where it could be built, else with torch (read_with_torch)."""
+        kernels = c_kernels()
+        if kernels is None or dtype not in (torch.bfloat16, torch.float32) or not slots.numel():
             return self.read_with_torch(slots, dtype)
         slots = slots.to(torch.int64).contiguous()
-        low, high = torch.aminmax(slots)    # C checks no bounds: a bad slot is an error here
-        if low < 0 or high >= self.values.shape[0]:
-            raise IndexError(f"slot {int(high) if high >= self.values.shape[0] else int(low)} "
-                             f"out of the pool's {self.values.shape[0]}")
-        out = torch.empty(slots.shape[0], *self.values.shape[1:], dtype=dtype)
-        reader(self.values.data_ptr(),
-               None if self.scales is None else self.scales.data_ptr(),
-               slots.data_ptr(), slots.shape[0], self.values.shape[1] * self.values.shape[2],
-               self.values.shape[3], value_table(self.values.dtype).data_ptr(),
-               int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads())
+        _, kv, heads, dim = self.values.shape
+        out = torch.empty(slots.shape[0], kv, heads, dim, dtype=dtype)
+        values, scales, num_slots, e5m2 = self._c_pool
+        self.raise_if_bad(slots, kernels.read(
+            values, scales, slots.data_ptr(), slots.shape[0], num_slots, kv * heads, dim, e5m2,
+            int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads()))
         return out
 
     def read_with_torch(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -123,6 +143,12 @@ class QuantizedPool(NamedTuple):
         if self.scales is not None:
             kv = kv * self.scales.index_select(0, slots).to(dtype)[..., None]
         return kv
+
+    def raise_if_bad(self, slots: torch.Tensor, bad: int) -> None:
+        """The C checks every slot before it writes or reads, and returns where the first one
+        outside the pool is (-1: none); that is an IndexError, as torch's indexing raises."""
+        if bad >= 0:
+            raise IndexError(f"slot {int(slots[bad])} out of the pool's {self.values.shape[0]}")
 
 
 @functools.cache
@@ -144,25 +170,24 @@ def dequantize(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return table.index_select(0, codes.flatten()).view(dtype).view(raw.shape)
 
 
-# --- the read in one pass: kv_read.c, built for this machine --------------------------------------
-C_SOURCE = Path(__file__).with_name("kv_read.c")
+# --- the write and the read in one pass each: kv_quant.c, built for this machine --------------
+C_SOURCE = Path(__file__).with_suffix(".c")
 # -march=native: built where it runs. -fopenmp: loaded after torch, the library binds to the
 # libgomp torch already loaded (the same soname), so both share one pool of threads (checked in
 # /proc/self/maps: one libgomp, torch's).
 C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 
-@functools.cache
-def value_table(fp8: torch.dtype) -> torch.Tensor:
-    """The value of each of the format's 256 codes, in float32, by torch's own conversion."""
-    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fp8).float()
+class CKernels(NamedTuple):
+    write: Callable     # write_kv8
+    read: Callable      # read_kv8
 
 
 @functools.cache
-def c_reader():
-    """kv_read.c's read_kv8, built once for this CPU and compiler (cached by a hash of the
-    source, the flags and the CPU's feature flags, so a library built for another CPU is never
-    loaded), or None where no C compiler builds it: the reads then run in torch."""
+def c_kernels() -> CKernels | None:
+    """kv_quant.c's write_kv8 and read_kv8, built once for this CPU and compiler (cached by a
+    hash of the source, the flags and the CPU's feature flags, so a library built for another
+    CPU is never loaded), or None where no C compiler builds it: torch then writes and reads."""
     cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
     if cc is None:
         return None
@@ -172,7 +197,7 @@ def c_reader():
     key = hashlib.sha256(b"\0".join([source, " ".join(C_FLAGS).encode(), cc.encode(),
                                       cpu.encode()])).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mini_engine"
-    library = cache / f"kv_read-{key}.so"
+    library = cache / f"{C_SOURCE.stem}-{key}.so"
     try:
         if not library.exists():
             cache.mkdir(parents=True, exist_ok=True)
@@ -182,16 +207,18 @@ def c_reader():
             if built.returncode != 0:       # e.g. a compiler without OpenMP
                 return None
             tmp.rename(library)             # whole, or not there: two processes may build it
-        read = ctypes.CDLL(str(library)).read_kv8
+        loaded = ctypes.CDLL(str(library))
     except OSError:                         # a cache folder it cannot write, a library it
-        return None                         # cannot load: torch reads
-    p, i64 = ctypes.c_void_p, ctypes.c_int64
-    read.argtypes = [p, p, p, i64, i64, i64, p, ctypes.c_int, p, ctypes.c_int]
-    read.restype = None
-    return read
+        return None                         # cannot load: torch writes and reads
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    loaded.write_kv8.argtypes = [p, i64, p, i64, i32, p, i64, i64, i64, i64, p, p, i32,
+                                 ctypes.c_float, i32]
+    loaded.read_kv8.argtypes = [p, p, p, i64, i64, i64, i64, i32, i32, p, i32]
+    loaded.write_kv8.restype = loaded.read_kv8.restype = i64
+    return CKernels(loaded.write_kv8, loaded.read_kv8)
 
 
-def read_path() -> str:
-    """How this machine reads the 8-bit cache back, for a report."""
-    return ("one pass of C (kv_read.c)" if c_reader() is not None else
-            "four passes of torch (kv_read.c could not be built here)")
+def c_path() -> str:
+    """How this machine writes and reads the 8-bit cache, for a report."""
+    return ("one pass of C each (kv_quant.c)" if c_kernels() is not None else
+            "torch's operations (kv_quant.c could not be built here)")

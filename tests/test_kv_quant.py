@@ -12,7 +12,7 @@ import torch
 from lessons.task_14 import quality as q
 from mini_engine import EngineConfig, LLMEngine
 from mini_engine import kv_quant
-from mini_engine.kv_quant import QuantizedPool, bytes_per_token, dequantize
+from mini_engine.kv_quant import KV_CACHE_DTYPES, QuantizedPool, bytes_per_token, dequantize
 
 SMOL = (30, 3, 64)      # SmolLM2-135M: layers, KV heads, head_dim
 
@@ -73,39 +73,91 @@ def test_the_pair_table_reads_every_value_as_torch_converts_it(fp8, dtype):
     assert torch.equal(dequantize(raw, dtype), raw.to(dtype))
 
 
+def codes_and_ties(fp8: torch.dtype) -> torch.Tensor:
+    """Every finite value of the format, every midpoint between two neighbours (where rounding to
+    nearest even decides) and the floats either side of it, 2^18 random finite floats of every
+    magnitude, and the edges: zeros, fp32 subnormals, past the range, huge."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fp8).float()
+    codes = codes[codes.isfinite()].unique()
+    ties = ((codes[1:].double() + codes[:-1].double()) / 2).float()
+    near = [torch.nextafter(ties, torch.tensor(side)) for side in (1e9, -1e9)]
+    torch.manual_seed(0)
+    floats = torch.randint(-2**31, 2**31 - 1, (2**18,)).to(torch.int32).view(torch.float32)
+    edges = torch.tensor([0.0, -0.0, 1e-45, -1e-45, 1e-12, 448.0, 449.0, 480.0, 57344.0, 6e4,
+                          1e30, -1e30])
+    return torch.cat([codes, ties, *near, floats[floats.isfinite()], edges])
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
+@pytest.mark.parametrize("scale", ["token", "layer"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_write_in_one_pass_of_c_gives_torchs_bits(kv, scale, dtype):
+    """kv_quant.c's write against torch's: the same codes and the same scales, bit for bit, for
+    every code, every tie between two codes, random floats of every magnitude and the edges, in
+    both formats, both scales and both of the model's dtypes; K and V given as the model gives
+    them (slices of its projection's rows), written to slots out of order."""
+    assert kv_quant.c_kernels() is not None, "this machine has a C compiler: the C is built"
+    x = codes_and_ties(KV_CACHE_DTYPES[kv])
+    rows = x.numel() // (5 * 64)
+    qkv = x[:rows * 5 * 64].view(rows, 5, 64).to(dtype)     # 2 query heads, then K's 2, V's 1
+    qkv[0, 2], qkv[1, 2] = 0.0, 1e-30      # heads whose scale is the smallest one, 1e-12
+    k, v = qkv[:, 2:4], torch.cat([qkv[:, 4:], -qkv[:, 4:]], dim=1)
+    slots = torch.randperm(rows + 7)[:rows]
+    c, torch_ = (QuantizedPool.allocate(rows + 7, 2, 64, kv, scale) for _ in range(2))
+    c.write(slots, k, v)
+    torch_.write_with_torch(slots, k, v)
+    assert torch.equal(c.values.view(torch.uint8), torch_.values.view(torch.uint8))
+    assert scale == "layer" or torch.equal(c.scales.view(torch.int16),
+                                           torch_.scales.view(torch.int16))
+
+
 @pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
 @pytest.mark.parametrize("scale", ["token", "layer"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_the_read_in_one_pass_of_c_gives_torchs_bits(kv, scale, dtype):
-    """kv_read.c against the same read in torch's four passes: every value of the pool, the
-    format's subnormals and its largest among them, slots repeated and out of order, bit for
+    """kv_quant.c's read against the same read in torch's four passes: every value of the pool,
+    the format's subnormals and its largest among them, slots repeated and out of order, bit for
     bit, in both formats, both scales and both of the model's dtypes."""
-    assert kv_quant.c_reader() is not None, "this machine has a C compiler: the C read is built"
+    assert kv_quant.c_kernels() is not None, "this machine has a C compiler: the C is built"
     torch.manual_seed(0)
     pool = QuantizedPool.allocate(256, 3, 64, kv, scale)
     k, v = torch.randn(2, 256, 3, 64) * torch.logspace(-6, 3, 256)[:, None, None]
     pool.write(torch.arange(256), k, v)
+    if scale == "layer":    # every code a write can make (no NaN, no infinity), in some slot
+        pool.values.view(torch.uint8)[:, 0, 0, 0] = torch.arange(256, dtype=torch.uint8)
+        pool.values.view(torch.uint8)[~pool.values.float().isfinite()] = 0
     slots = torch.cat([torch.randperm(256), torch.tensor([5, 5, 0, 255])])
     fused, four = pool.read(slots, dtype), pool.read_with_torch(slots, dtype)
     assert fused.dtype == four.dtype == dtype and fused.shape == four.shape == (260, 2, 3, 64)
     assert torch.equal(fused.view(torch.uint8), four.view(torch.uint8))
 
 
-def test_a_slot_outside_the_pool_is_an_error_not_a_crash():
+@pytest.mark.parametrize("slots, bad", [([0, 8], 8), ([-1], -1), ([3, 9, -2], 9)])
+def test_a_slot_outside_the_pool_is_an_error_not_a_crash(slots, bad):
+    """The C checks every slot before it touches the pool: the first bad one is an IndexError,
+    and a write that is refused writes nothing."""
     pool = QuantizedPool.allocate(8, 1, 64, "fp8", "token")
-    with pytest.raises(IndexError, match="slot 8 out of the pool's 8"):
-        pool.read(torch.tensor([0, 8]), torch.bfloat16)
-    with pytest.raises(IndexError, match="slot -1 out of the pool's 8"):
-        pool.read(torch.tensor([-1]), torch.bfloat16)
+    before = pool.values.view(torch.uint8).clone(), pool.scales.clone()
+    with pytest.raises(IndexError, match=f"slot {bad} out of the pool's 8"):
+        pool.read(torch.tensor(slots), torch.bfloat16)
+    kv = torch.ones(len(slots), 1, 64)
+    with pytest.raises(IndexError, match=f"slot {bad} out of the pool's 8"):
+        pool.write(torch.tensor(slots), kv, kv)
+    assert torch.equal(pool.values.view(torch.uint8), before[0])
+    assert torch.equal(pool.scales, before[1])
 
 
-def test_without_a_c_compiler_torch_reads(monkeypatch):
-    """No compiler found: no library, and read() is read_with_torch()'s."""
+def test_without_a_c_compiler_torch_writes_and_reads(monkeypatch):
+    """No compiler found: no library, and write() and read() are torch's."""
     monkeypatch.setattr(kv_quant.shutil, "which", lambda name: None)
-    assert kv_quant.c_reader.__wrapped__() is None
-    monkeypatch.setattr(kv_quant, "c_reader", lambda: None)
-    pool = QuantizedPool.allocate(8, 1, 64, "fp8", "token")
-    pool.write(torch.arange(8), torch.randn(8, 1, 64), torch.randn(8, 1, 64))
+    assert kv_quant.c_kernels.__wrapped__() is None
+    monkeypatch.setattr(kv_quant, "c_kernels", lambda: None)
+    assert kv_quant.c_path() == "torch's operations (kv_quant.c could not be built here)"
+    pool, by_torch = (QuantizedPool.allocate(8, 1, 64, "fp8", "token") for _ in range(2))
+    k, v = torch.randn(8, 1, 64), torch.randn(8, 1, 64)
+    pool.write(torch.arange(8), k, v)
+    by_torch.write_with_torch(torch.arange(8), k, v)
+    assert torch.equal(pool.values.view(torch.uint8), by_torch.values.view(torch.uint8))
     slots = torch.tensor([3, 1, 3])
     assert torch.equal(pool.read(slots, torch.bfloat16), pool.read_with_torch(slots,
                                                                               torch.bfloat16))

@@ -30,7 +30,7 @@ class Settings(results.Record):
     load_tokens: int                # part 3: tokens an answer, EOS held off
     port: int
     is_vllm_measured: bool
-    kv_read: str = "four passes of torch"   # how mini_engine read its 8-bit pages back
+    kv_read: str = "four passes of torch"   # how mini_engine wrote and read its 8-bit pages
 
 
 @dataclass

@@ -78,8 +78,8 @@ def print_throughput(r: QuantizedKV) -> None:
     report.note(f"Prompts of {s.load_prompt_tokens} tokens of the text, {s.load_tokens} tokens "
                 "each answer, all sent at once. tokens: what the budget holds; running: "
                 "requests computed at once, at most (vLLM's sampled from /metrics); tok/s: all "
-                f"the answers' tokens over the run. mini_engine read its 8-bit pages back in "
-                f"{s.kv_read}.")
+                f"the answers' tokens over the run. mini_engine wrote and read its 8-bit pages "
+                f"in {s.kv_read}.")
     for engine in ("mini_engine", "vLLM"):
         if r.speedup(engine):
             report.row(f"{engine}, 8 bits", f"{r.speedup(engine):.2f}x tokens/s")

@@ -15,8 +15,9 @@ what that choice cost. It prints four parts:
 3. vLLM offline, the source's enforce_eager=True against its default compilation, each in a fresh
    process: start-up, peak memory (PSS), tokens/s at 1 request and at many, the greedy text.
 4. Attention as the context grows (128 to 1,024 tokens), at batch 1 and at the cap: mini_engine's
-   gather-then-attend, in bounded calls and in one padded call, against vLLM's kernel, which reads
-   the pages in place. benchmarks/long_context.py measures whole runs at such contexts.
+   kernel that reads the pages in place (and its context gathered and attended in one padded
+   call, as before issue 29), against vLLM's kernel, which reads them in place too.
+   benchmarks/long_context.py measures whole runs at such contexts.
 
 This file sets up and measures, then prints; beside it in lessons/task_13/: part 3's fresh
 process (vllm_run.py), part 4's measurement (attention.py), the record and the summary's row

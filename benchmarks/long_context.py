@@ -6,10 +6,14 @@ every token asked for is made), through a step budget of 2,048 tokens, a batch c
 128 MiB of KV cache (block 16, the lab's). Each way runs in a fresh process of its own, so that
 neither way's memory, threads or compiled graphs are another's:
 
-    mini-one-call   mini_engine eager, each kind of row (decode, prefill) attending in one call,
-                    padded to its longest context: the engine before issue 29
-    mini-eager      mini_engine eager, attention in calls of at most 2,048 context slots
-                    (EngineConfig.attention_call_slots, its default)
+    mini-one-call   mini_engine eager, each kind of row (decode, prefill) gathering its context
+                    and attending in one call, padded to its longest context: the engine before
+                    issue 29
+    mini-gather     mini_engine eager, every context gathered, attention in calls of at most
+                    2,048 context slots (EngineConfig.attention_call_slots): decode_in_place off
+    mini-eager      mini_engine eager as it runs by default: decode rows attend in one pass of C
+                    that reads the pages in place (EngineConfig.decode_in_place), prefill rows as
+                    mini-gather
     mini-compiled   the same, its decoder layers compiled (EngineConfig.compile_model)
     vllm-eager      vLLM offline, enforce_eager=True (the lab's setting, the source's)
     vllm-compiled   vLLM offline, its default compilation on a CPU
@@ -37,7 +41,8 @@ from common import cli, memory, report, results, settings  # noqa: E402
 from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a call)
 
 SCRIPT = "long_context"
-WAYS = ("mini-one-call", "mini-eager", "mini-compiled", "vllm-eager", "vllm-compiled")
+WAYS = ("mini-one-call", "mini-gather", "mini-eager", "mini-compiled", "vllm-eager",
+        "vllm-compiled")
 BUDGET = 2048            # tokens a step (max_num_batched_tokens), the issue's workload
 MAX_BATCH = 16           # the lab's cap (max_num_seqs)
 TIMEOUT_S = 1200
@@ -86,7 +91,8 @@ def run_mini(args, work, way: str) -> dict:
         max_model_len=args.max_prompt + args.max_output, max_num_batched_tokens=BUDGET,
         compile_model=way == "mini-compiled",
         attention_call_slots=(ONE_CALL if way == "mini-one-call"
-                              else EngineConfig.attention_call_slots))
+                              else EngineConfig.attention_call_slots),
+        decode_in_place=way in ("mini-eager", "mini-compiled"))
     profiled = way != "mini-compiled"      # the compiled graph runs attention inside it
     for _ in range(2):                     # the second pass is timed
         eng = LLMEngine(model, eos_token_ids(args.model_path), config,
@@ -199,7 +205,7 @@ def print_table(r: LongContext) -> None:
     report.note("attention s: mini_engine's profiler, eager ways; GB: the process's peak PSS")
     by = {w.name: w.tokens_per_s for w in r.ways}
     for mine, other in (("mini-eager", "vllm-eager"), ("mini-compiled", "vllm-compiled"),
-                        ("mini-eager", "mini-one-call")):
+                        ("mini-eager", "mini-gather"), ("mini-eager", "mini-one-call")):
         if mine in by and other in by:
             report.row(f"{mine} / {other}", f"{by[mine] / by[other]:.2f}x")
 

@@ -14,8 +14,11 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
                       prompts cut into chunks, continuous or static batching, preemption
     proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
     model.py          the Llama forward of SmolLM over a paged KV pool per layer (the caller's)
+    paged_attention.c a decode step's attention, reading the pages in place (task 13)
     kv_quant.py       the KV cache in 8 bits: a token's bytes, scales a layer or a token, the
-                      pool's write and read (EngineConfig.kv_cache_dtype; task 14)
+                      pool's write and read, in C (kv_quant.c) (EngineConfig.kv_cache_dtype;
+                      task 14)
+    native.py         builds those two C files for this machine, once, and loads them
     linear.py         how its linear layers are handed to the matmul library, measured here
     compiled.py       the decoder layers as one graph of torch.compile, the products and
                       attention called in it (EngineConfig.compile_model; task 13)

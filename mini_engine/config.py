@@ -45,6 +45,10 @@ class EngineConfig:
     # above the best cap in each case measured, bf16 and fp32 (docs/measurements.md, issue 29);
     # at the lab's short contexts the whole decode batch stays one call.
     attention_call_slots: int = 2048
+    # a decode step's attention in one pass of C that reads each request's pages where they are
+    # (mini_engine/paged_attention.c), as vLLM's CPU kernel does, instead of a gather and SDPA.
+    # Where it cannot be built, or the cache is in 8 bits, decode groups gather as prefill does.
+    decode_in_place: bool = True
     # task 14: K and V stored in 8 bits (mini_engine/kv_quant.py): "auto" (the model's dtype),
     # "fp8" (e4m3) or "fp8_e5m2", vLLM's names; and where their scales live, "layer" (one a
     # layer, 1.0: vLLM's without calibration) or "token" (one a token, K/V and head)

@@ -169,8 +169,10 @@ class LLMEngine:
             num_logits = 1 + len(s.spec_token_ids) if end == s.num_tokens else 0
             chunks.append(RequestChunk(s.token_ids[s.num_cached:end] + s.spec_token_ids,
                                        s.num_cached, s.page_table, num_logits=num_logits))
-        batch = make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
-                           self.model.dtype, self.config.attention_call_slots)
+        c = self.config
+        batch = make_batch(chunks, c.page_size, self.model.heads_per_kv, self.model.dtype,
+                           c.attention_call_slots,
+                           in_place=c.decode_in_place and c.kv_cache_dtype == "auto")
         logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)

@@ -26,25 +26,22 @@ slot, so that a page keeps its scales wherever it is shared, rolled back or reus
 writes through write() and reads a context back through read(): the gather reads 8-bit values,
 and only the context being attended is turned back into the model's dtype (dequantizing the
 whole pool each step would cost a pass over every page, used or not). Where this machine has a C
-compiler, each is one pass of a few lines of C (kv_quant.c, built once for this CPU with
--march=native and kept in ~/.cache/mini_engine): the write quantizes each row's heads straight
-into their slot, the read gathers, converts, scales and rounds. Where it has none, torch does
-the same in many small operations: about fourteen to write a layer, and four passes to read (the
-gather, a table of every pair of 8-bit values, the scales' gather, the multiply). Both give the
-same bits (tests/test_kv_quant.py).
+compiler, each is one pass of a few lines of C (kv_quant.c, built once for this CPU by
+native.py): the write quantizes each row's heads straight into their slot, the read gathers,
+converts, scales and rounds. Where it has none, torch does the same in many small operations:
+about fourteen to write a layer, and four passes to read (the gather, a table of every pair of
+8-bit values, the scales' gather, the multiply). Both give the same bits
+(tests/test_kv_quant.py).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
+
+from mini_engine import native
 
 KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 KV_SCALES = ("layer", "token")
@@ -170,14 +167,7 @@ def dequantize(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return table.index_select(0, codes.flatten()).view(dtype).view(raw.shape)
 
 
-# --- the write and the read in one pass each: kv_quant.c, built for this machine --------------
-C_SOURCE = Path(__file__).with_suffix(".c")
-# -march=native: built where it runs. -fopenmp: loaded after torch, the library binds to the
-# libgomp torch already loaded (the same soname), so both share one pool of threads (checked in
-# /proc/self/maps: one libgomp, torch's).
-C_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
-
-
+# --- the write and the read in one pass each: kv_quant.c, built for this machine (native.py) --
 class CKernels(NamedTuple):
     write: Callable     # write_kv8
     read: Callable      # read_kv8
@@ -185,31 +175,11 @@ class CKernels(NamedTuple):
 
 @functools.cache
 def c_kernels() -> CKernels | None:
-    """kv_quant.c's write_kv8 and read_kv8, built once for this CPU and compiler (cached by a
-    hash of the source, the flags and the CPU's feature flags, so a library built for another
-    CPU is never loaded), or None where no C compiler builds it: torch then writes and reads."""
-    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
-    if cc is None:
+    """kv_quant.c's write_kv8 and read_kv8, or None where it could not be built: torch then
+    writes and reads."""
+    loaded = native.library("kv_quant.c")
+    if loaded is None:
         return None
-    source = C_SOURCE.read_bytes()
-    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("flags")), "") if Path("/proc/cpuinfo").exists() else ""
-    key = hashlib.sha256(b"\0".join([source, " ".join(C_FLAGS).encode(), cc.encode(),
-                                      cpu.encode()])).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mini_engine"
-    library = cache / f"{C_SOURCE.stem}-{key}.so"
-    try:
-        if not library.exists():
-            cache.mkdir(parents=True, exist_ok=True)
-            tmp = library.with_suffix(f".{os.getpid()}.tmp")
-            built = subprocess.run([cc, *C_FLAGS, "-o", str(tmp), str(C_SOURCE)],
-                                   capture_output=True, text=True)
-            if built.returncode != 0:       # e.g. a compiler without OpenMP
-                return None
-            tmp.rename(library)             # whole, or not there: two processes may build it
-        loaded = ctypes.CDLL(str(library))
-    except OSError:                         # a cache folder it cannot write, a library it
-        return None                         # cannot load: torch writes and reads
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     loaded.write_kv8.argtypes = [p, i64, p, i64, i32, p, i64, i64, i64, i64, p, p, i32,
                                  ctypes.c_float, i32]

@@ -6,8 +6,11 @@ belongs to. Its K and V go into a pool of pages, [num_pages, page_size, 2 (K, V)
 head_dim] per layer, through the slot mapping (vLLM's reshape_and_cache); each request then reads
 its context back through its page table (vLLM's block table) and attends to it under a causal
 mask. Requests decoding one token and requests prefilling several attend apart, as vLLM's
-attention backends split decode from prefill: a decode step pads no query. Long contexts are
-split further, into calls of a bounded size (split_by_context). The pools
+attention backends split decode from prefill: a decode step pads no query. A decode group
+attends in one pass of C that reads each request's pages where they are (paged_attention.c,
+EngineConfig.decode_in_place), as vLLM's CPU kernel does; a prefill group, a decode group where
+the C cannot be built, or one whose pool is in 8 bits, gathers its context and attends with
+torch's SDPA, in calls of a bounded size (split_by_context). The pools
 are not the model's: whoever runs it allocates them and hands them to forward, as vLLM's model
 runner (nano-vllm's ModelRunner.allocate_kv_cache) keeps the KV cache beside the model, not in
 it. A model that held them would be one pool shared by every engine built on it.
@@ -19,6 +22,8 @@ choose_kernels measures, on this CPU, which way of handing them to the matmul li
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from mini_engine import linear as lin
+from mini_engine import native
 from mini_engine.config import EngineConfig
 from mini_engine.kv_quant import QuantizedPool
 
@@ -77,6 +83,8 @@ class Group:
     num_requests: int
     num_queries: int
     context_len: int
+    context_lens: torch.Tensor   # (B,) each request's own context length (L is the longest)
+    in_place: bool = False       # a decode group that attends in paged_attention.c
 
 
 @dataclass
@@ -92,7 +100,7 @@ class Batch:
 
 
 def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
-               dtype: torch.dtype) -> Group:
+               dtype: torch.dtype, in_place: bool = False) -> Group:
     starts = torch.tensor([m.first_row for m in members])
     lengths = torch.tensor([m.num_queries for m in members])
     first_pos = torch.tensor([m.start_pos for m in members])
@@ -114,7 +122,8 @@ def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
     all_valid = bool(valid.all())
     return Group(rows.flatten(), context_slots.flatten(), mask,
                  None if all_valid else valid.flatten().nonzero().squeeze(1),
-                 rows[valid], len(members), num_q, num_ctx)
+                 rows[valid], len(members), num_q, num_ctx, first_pos + lengths,
+                 in_place and num_q == 1)
 
 
 def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[GroupMember]]:
@@ -134,8 +143,11 @@ def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[G
 
 def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1,
                dtype: torch.dtype = torch.float32,
-               call_slots: int = EngineConfig.attention_call_slots) -> Batch:
-    """Every request's chunk as rows of one batch, its K/V slots, and its attention group."""
+               call_slots: int = EngineConfig.attention_call_slots,
+               in_place: bool = EngineConfig.decode_in_place) -> Batch:
+    """Every request's chunk as rows of one batch, its K/V slots, and its attention groups.
+    in_place: the decode requests attend in one group, in paged_attention.c (where it cannot
+    run, attention() falls back to calls of at most call_slots, as prefill groups always do)."""
     rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
     for chunk in chunks:
         (decode if len(chunk.token_ids) == 1 else prefill).append(
@@ -145,13 +157,50 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
             rows_pos.append(pos)
             rows_slot.append(chunk.page_table[pos // page_size] * page_size + pos % page_size
                              if chunk.write_slot is None else chunk.write_slot)
-    groups = [make_group(part, page_size, heads_per_kv, dtype)
-              for members in (decode, prefill) for part in split_by_context(members, call_slots)]
+    in_place = in_place and decode_kernel() is not None
+    # the C reads no padding, so its group need not be cut; SDPA's calls are bounded
+    groups = [make_group(part, page_size, heads_per_kv, dtype, in_place and members is decode)
+              for members in (decode, prefill)
+              for part in split_by_context(members, 1 << 62 if in_place and members is decode
+                                           else call_slots)]
     ends = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0).tolist()
     logit_rows = torch.tensor([row for c, end in zip(chunks, ends)
                                for row in range(end - c.num_logits, end)], dtype=torch.long)
     return Batch(torch.tensor(rows_ids), torch.tensor(rows_pos), torch.tensor(rows_slot),
                  groups, logit_rows, len(rows_ids))
+
+
+# --- decode attention in one pass of C (paged_attention.c) ------------------------------------
+@functools.cache
+def decode_kernel():
+    """paged_attention.c's paged_decode_attention, built for this machine (native.py), or None
+    where it cannot be: decode groups then gather and attend with SDPA like prefill groups."""
+    loaded = native.library("paged_attention.c")
+    if loaded is None:
+        return None
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    kernel = loaded.paged_decode_attention
+    kernel.argtypes = [p, i64, p, p, p, i64, p, i64, i64, i64, i64, ctypes.c_float, i32, p, i32]
+    kernel.restype = None
+    return kernel
+
+
+def attend_in_place(q: torch.Tensor, g: Group, pool: torch.Tensor, num_kv_heads: int
+                    ) -> torch.Tensor | None:
+    """(B, H*D): each decode request's query (a row of q, (T, H, D)) over its context, read from
+    the pool (kv_cache_shape) where it is; None where the C does not take this case (its
+    limits: paged_attention.c), and the caller gathers instead."""
+    kernel, (B, (_, H, D)) = decode_kernel(), (g.num_requests, q.shape)
+    if (kernel is None or q.dtype not in (torch.float32, torch.bfloat16) or pool.dtype != q.dtype
+            or D % 16 or D > 128 or H // num_kv_heads > 8 or num_kv_heads > 16
+            or q.stride(-1) != 1 or q.stride(-2) != D or not pool.is_contiguous()):
+        return None
+    out = q.new_empty(B, H * D)
+    kernel(q.data_ptr(), q.stride(0), g.query_rows.data_ptr(), pool.data_ptr(),
+           g.context_slots.data_ptr(), g.context_len, g.context_lens.data_ptr(), B,
+           num_kv_heads, H // num_kv_heads, D, D ** -0.5, int(q.dtype == torch.bfloat16),
+           out.data_ptr(), torch.get_num_threads())
+    return out
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -317,6 +366,11 @@ class Llama:
             read = lambda slots: pool.index_select(0, slots)     # noqa: E731
         outs = []
         for g in batch.groups:
+            in_place = (attend_in_place(q, g, kv_cache, KVH)
+                        if g.in_place and not isinstance(kv_cache, QuantizedPool) else None)
+            if in_place is not None:                    # a decode group, pages read in place
+                outs.append(in_place)
+                continue
             B, Q, L, G = g.num_requests, g.num_queries, g.context_len, H // KVH
             kv = read(g.context_slots).view(B, L, 2, KVH, D)           # through page tables
             keys, values = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)

@@ -11,7 +11,7 @@ import torch
 
 from lessons.task_14 import quality as q
 from mini_engine import EngineConfig, LLMEngine
-from mini_engine import kv_quant
+from mini_engine import kv_quant, native
 from mini_engine.kv_quant import KV_CACHE_DTYPES, QuantizedPool, bytes_per_token, dequantize
 
 SMOL = (30, 3, 64)      # SmolLM2-135M: layers, KV heads, head_dim
@@ -149,8 +149,8 @@ def test_a_slot_outside_the_pool_is_an_error_not_a_crash(slots, bad):
 
 def test_without_a_c_compiler_torch_writes_and_reads(monkeypatch):
     """No compiler found: no library, and write() and read() are torch's."""
-    monkeypatch.setattr(kv_quant.shutil, "which", lambda name: None)
-    assert kv_quant.c_kernels.__wrapped__() is None
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    assert native.library.__wrapped__("kv_quant.c") is None
     monkeypatch.setattr(kv_quant, "c_kernels", lambda: None)
     assert kv_quant.c_path() == "torch's operations (kv_quant.c could not be built here)"
     pool, by_torch = (QuantizedPool.allocate(8, 1, 64, "fp8", "token") for _ in range(2))

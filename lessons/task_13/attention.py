@@ -8,9 +8,10 @@ in a step. Timed: the attention call of every layer, the step's attention withou
 matmuls. Both engines, each with its own layout and kernel (mini_engine's call also writes the
 step's new K and V; vLLM writes them in an op of its own, not timed here):
 
-    mini_engine   Llama.attention: gather each request's pages, then attend (torch's SDPA), one
-                  call per group of requests (EngineConfig.attention_call_slots), or one call for
-                  the whole batch, padded to its longest context, as before issue 29
+    mini_engine   Llama.attention as the engine runs it: each request's pages read in place,
+                  in one pass of C (mini_engine/paged_attention.c); and, as before issue 29, its
+                  context gathered and attended by torch's SDPA in one call for the whole batch,
+                  padded to its longest context ("one call")
     vLLM          its CPU attention kernel (ops.cpu_attention_with_kv_cache), which reads the
                   pages where they are, through the block table
 
@@ -28,7 +29,7 @@ import torch
 
 REPEATS = 5                    # the best of five steps (a step is 30 calls)
 PAGE = 16                      # block size, both engines (the lab's)
-ONE_CALL = 1 << 40             # attention_call_slots that never splits a batch
+ONE_CALL = 1 << 40             # attention_call_slots that never splits a gathered batch
 
 
 def page_tables(batch: int, context: int, seed: int) -> tuple[list[list[int]], int]:
@@ -53,14 +54,15 @@ def best_step(attend_layer, num_layers: int) -> float:
     return best
 
 
-def mini_engine_ms(model, batch: int, context: int, call_slots: int) -> float:
+def mini_engine_ms(model, batch: int, context: int, in_place: bool) -> float:
     """Milliseconds of a decode step's attention in mini_engine: B requests at position
-    context - 1, each writing its new K/V and attending over its context."""
+    context - 1, each writing its new K/V and attending over its context, in place (as the
+    engine runs) or gathered in one padded call."""
     from mini_engine.model import RequestChunk, make_batch
 
     tables, num_pages = page_tables(batch, context, seed=context)
     steps = make_batch([RequestChunk([0], context - 1, t) for t in tables], PAGE,
-                       model.heads_per_kv, model.dtype, call_slots)
+                       model.heads_per_kv, model.dtype, ONE_CALL, in_place=in_place)
     shape = model.kv_cache_shape(num_pages, PAGE)
     pools = [torch.empty(shape, dtype=model.dtype).uniform_(-1, 1)
              for _ in range(model.shape.num_layers)]
@@ -108,18 +110,16 @@ def vllm_ms(num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int,
 
 
 def mini_engine_sweep(model, batches: list[int], contexts: list[int]) -> tuple[dict, dict]:
-    """(one call, bounded calls): batch -> ms at each context, mini_engine's attention. The
-    two ways alternate point by point, so that a drift of the machine's speed is not read as a
+    """(one call, in place): batch -> ms at each context, mini_engine's attention. The two
+    ways alternate point by point, so that a drift of the machine's speed is not read as a
     difference between them."""
-    from mini_engine import EngineConfig
-
     one: dict[int, list[float]] = {b: [] for b in batches}
-    bounded: dict[int, list[float]] = {b: [] for b in batches}
+    in_place: dict[int, list[float]] = {b: [] for b in batches}
     for b in batches:
         for L in contexts:
-            one[b].append(mini_engine_ms(model, b, L, ONE_CALL))
-            bounded[b].append(mini_engine_ms(model, b, L, EngineConfig.attention_call_slots))
-    return one, bounded
+            one[b].append(mini_engine_ms(model, b, L, in_place=False))
+            in_place[b].append(mini_engine_ms(model, b, L, in_place=True))
+    return one, in_place
 
 
 def vllm_sweep(model_path: str, dtype: torch.dtype, batches: list[int],

@@ -78,7 +78,7 @@ def attention_panel(ax, res) -> None:
     cap = a.cap
     lines = [("mini", 1, "mini_engine, 1 request", 0, "-"),
              ("vllm", 1, "vLLM, 1 request", 6, "-"),
-             ("one_call", cap, f"mini_engine, {cap}, one padded call", 2, ":"),
+             ("one_call", cap, f"mini_engine, {cap}, gathered, one call", 2, ":"),
              ("mini", cap, f"mini_engine, {cap} requests", 0, "--"),
              ("vllm", cap, f"vLLM, {cap} requests", 6, "--")]
     for which, batch, label, color, style in lines:

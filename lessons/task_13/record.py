@@ -51,7 +51,7 @@ class AttentionSweep(results.Record):
     contexts: list[int]                    # L, tokens
     one_call_ms: dict[int, list[float]]    # batch -> ms at each L: mini_engine, the batch in one
                                            # call padded to its longest context (before issue 29)
-    mini_ms: dict[int, list[float]]        # mini_engine, calls of at most attention_call_slots
+    mini_ms: dict[int, list[float]]        # mini_engine as it runs: the pages read in place
     vllm_ms: dict[int, list[float]] | None = None   # vLLM's CPU kernel; None: vLLM not run
 
     @property

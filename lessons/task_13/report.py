@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from common import report
 from lessons.task_13.record import CompiledStep
-from mini_engine import PHASES, EngineConfig
+from mini_engine import PHASES
 
 GB = 1e9
 LABELS = {"matmul": "matmuls", "attention": "attention", "forward_other": "rest of forward",
           "sampling": "sampling", "scheduling": "scheduling"}
 LABEL_WIDTH = 17
-ATTENTION_CALL_SLOTS = EngineConfig.attention_call_slots
 
 
 def print_header(model, dtype, threads: int, s) -> None:
@@ -114,10 +113,10 @@ def print_attention(r: CompiledStep) -> None:
                  [8] + [14 if which == "one_call" else 10 for _, which, _ in columns])
     report.note("ms of one decode step's attention calls, one a layer: B requests (1, then "
                 f"{cap}) each over L tokens, their pages scattered over a pool of random values. "
-                "mini_engine gathers each context, then attends (SDPA), in calls of at most "
-                f"{ATTENTION_CALL_SLOTS:,} context slots; one call: the whole batch padded to its "
-                "longest context, as before issue 29. vLLM: its CPU kernel, reading the pages "
-                "in place. Both compiled forwards call these same kernels"
+                "mini_engine reads each request's pages in place, in one pass of C "
+                "(paged_attention.c); one call: its context gathered, the whole batch padded to "
+                "its longest and attended by SDPA, as before issue 29. vLLM: its CPU kernel, "
+                "reading the pages in place. Both compiled forwards call these same kernels"
                 + ("" if a.vllm_ms else f"; vLLM not measured: {r.vllm_skipped or '--no-vllm'}"))
 
 
@@ -128,7 +127,7 @@ def attention_line(r: CompiledStep) -> str:
     first, last = a.contexts[0], a.contexts[-1]
     mine, one = a.at("mini", cap, last), a.at("one_call", cap, last)
     line = (f"At {last:,} tokens of context and {cap} requests, a decode step's attention took "
-            f"{mine:.1f} ms in mini_engine ({one:.1f} ms as one padded call), "
+            f"{mine:.1f} ms in mini_engine ({one:.1f} ms gathered, as one padded call), "
             f"{mine / a.at('mini', cap, first):.1f}x its {first} tokens' time")
     theirs = a.at("vllm", cap, last)
     if theirs is None:
@@ -136,14 +135,13 @@ def attention_line(r: CompiledStep) -> str:
     line += (f"; vLLM's kernel took {theirs:.1f} ms ({theirs / a.at('vllm', cap, first):.1f}x)")
     if mine > theirs:
         gap_first = a.at("mini", cap, first) / a.at("vllm", cap, first)
-        line += (f". Gathering each context, then attending with SDPA, cost mini_engine "
-                 f"{mine / theirs:.1f}x what vLLM spent reading the pages in place, "
+        line += (f". mini_engine's kernel, reading the pages in place too, took "
+                 f"{mine / theirs:.1f}x vLLM's time, "
                  + (f"a gap that grew with the context ({gap_first:.1f}x at {first})"
                     if round(mine / theirs, 1) > round(gap_first, 1) else
                     f"a gap that did not grow with the context ({gap_first:.1f}x at {first})"))
     else:
-        line += ". mini_engine's gather and attend kept up with vLLM's kernel that reads the "
-        line += "pages in place"
+        line += ". mini_engine's kernel kept up with vLLM's: both read the pages in place"
     return line
 
 

@@ -1,0 +1,111 @@
+"""mini_engine's decode attention in one pass of C (task 13, mini_engine/paged_attention.c): the
+same output as gathering the pages and attending with torch's SDPA, within float32's rounding,
+on contexts of every length around its blocks of 16 (so its running softmax is rescaled many
+times over); each request's output the same bits whatever else is in the batch; the cases it
+leaves to SDPA; and, on the tiny model, the engine's greedy tokens the same either way. The
+engine's other tests (test_engine.py against transformers, the property searches) run with it on,
+as it is by default."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mini_engine import EngineConfig, LLMEngine, Llama
+from mini_engine import model as model_mod
+from mini_engine.model import RequestChunk, make_batch
+
+PAGE = 16
+# context lengths: one position, one short of a block, a block, one past it, many blocks, and a
+# context whose largest score comes late (the running maximum grows block after block: below)
+LENGTHS = [1, 15, 16, 17, 100, 300]
+
+
+def decode_step(lengths: list[int], heads: int, kv_heads: int, dim: int, dtype: torch.dtype,
+                seed: int = 0):
+    """q, k, v of one decode row a request, a pool holding every request's context on pages
+    scattered over it, each request's chunk, and the step's batch, in place and gathered."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_each = [-(-n // PAGE) for n in lengths]
+    order = list(range(sum(pages_each) + 3))
+    random.Random(seed).shuffle(order)
+    tables, at = [], 0
+    for n in pages_each:
+        tables.append(order[at:at + n])
+        at += n
+    pool = torch.randn(len(order), PAGE, 2, kv_heads, dim, generator=gen).to(dtype)
+    # scores that grow along the context, so the largest comes in the last block
+    ramp = torch.linspace(0, 3, PAGE * len(order)).view(len(order), PAGE, 1, 1)
+    pool[:, :, 0] *= (1 + ramp).to(dtype)
+    q = torch.randn(len(lengths), heads, dim, generator=gen).to(dtype)
+    k, v = torch.randn(2, len(lengths), kv_heads, dim, generator=gen).to(dtype)
+    chunks = [RequestChunk([0], n - 1, t) for n, t in zip(lengths, tables)]
+    batches = {way: make_batch(chunks, PAGE, heads // kv_heads, dtype, in_place=way)
+               for way in (True, False)}
+    return q, k, v, pool, chunks, batches
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-6), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (2, 2, 32), (8, 1, 128)])
+def test_in_place_gives_sdpas_output(dtype, tolerance, heads, kv_heads, dim):
+    """The C against the gather and SDPA, every request at once: the largest difference within
+    float32's rounding in float32 (a few units in the sixth digit, as SDPA's own blocks add in
+    their own order), and within bfloat16's last bit in bfloat16 (both round once at the end)."""
+    assert model_mod.decode_kernel() is not None, "this machine has a C compiler: it is built"
+    q, k, v, pool, _, batches = decode_step(LENGTHS, heads, kv_heads, dim, dtype)
+    assert [g.in_place for g in batches[True].groups] == [True]
+    assert not any(g.in_place for g in batches[False].groups)
+    shape = dict(num_heads=heads, num_kv_heads=kv_heads, head_dim=dim)
+    outs = {way: attend(shape, q, k, v, batches[way], pool.clone()) for way in (True, False)}
+    assert outs[True].dtype == dtype and outs[True].shape == (len(LENGTHS), heads * dim)
+    scale = outs[False].abs().max().item()
+    assert (outs[True].float() - outs[False].float()).abs().max().item() <= tolerance * scale
+
+
+def attend(shape: dict, q, k, v, batch, pool) -> torch.Tensor:
+    """Llama.attention without a model: it reads only the head counts."""
+    stand_in = type("Shape", (), shape)()
+    return Llama.attention(stand_in, q, k, v, batch, pool)
+
+
+def test_a_request_gets_the_same_bits_whatever_its_neighbours():
+    """Each request alone, then all of them in one batch: bit for bit the same output (the
+    engine's property tests rely on it: a request's tokens are its tokens alone)."""
+    q, k, v, pool, chunks, batches = decode_step(LENGTHS, 9, 3, 64, torch.float32)
+    shape = dict(num_heads=9, num_kv_heads=3, head_dim=64)
+    together = attend(shape, q, k, v, batches[True], pool.clone())
+    for i, chunk in enumerate(chunks):
+        alone = make_batch([chunk], PAGE, 3, torch.float32)
+        out = attend(shape, q[i:i + 1], k[i:i + 1], v[i:i + 1], alone, pool.clone())
+        assert torch.equal(out[0], together[i])
+
+
+def test_where_the_c_cannot_run_the_group_gathers(monkeypatch):
+    """No library (no compiler): the batch makes no in-place group, its decode calls are bounded
+    as before, and attention is the gather's and SDPA's, bit for bit."""
+    q, k, v, pool, chunks, batches = decode_step(LENGTHS, 9, 3, 64, torch.float32)
+    shape = dict(num_heads=9, num_kv_heads=3, head_dim=64)
+    monkeypatch.setattr(model_mod, "decode_kernel", lambda: None)
+    without = make_batch(chunks, PAGE, 3, torch.float32, call_slots=600)
+    assert not any(g.in_place for g in without.groups) and len(without.groups) > 1
+    gathered = make_batch(chunks, PAGE, 3, torch.float32, call_slots=600, in_place=False)
+    assert torch.equal(attend(shape, q, k, v, without, pool.clone()),
+                       attend(shape, q, k, v, gathered, pool.clone()))
+
+
+def test_the_engine_makes_the_same_tokens_either_way(tiny_llama):
+    """The tiny model in float32, prompts of 5 to 60 tokens and 24 tokens each (contexts of up to
+    five blocks): decode_in_place on and off give the same greedy tokens, with prefill, chunks and
+    preemption in between, and off it makes no in-place group."""
+    prompts = [[(7 * i + j) % 500 + 1 for j in range(n)] for i, n in enumerate([5, 17, 33, 60])]
+    tokens = {}
+    for in_place in (True, False):
+        eng = LLMEngine(tiny_llama, [], EngineConfig(
+            kv_bytes=24 * 4 * tiny_llama.kv_bytes_per_token, page_size=4, max_batch=4,
+            max_num_batched_tokens=32, max_model_len=96, decode_in_place=in_place))
+        seqs = [eng.add_request(p, 24, min_tokens=24) for p in prompts]
+        eng.run()
+        tokens[in_place] = [s.output_ids for s in seqs]
+        assert eng.scheduler.num_preemptions > 0
+    assert tokens[True] == tokens[False]

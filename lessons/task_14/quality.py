@@ -18,9 +18,14 @@ STUCK_TAIL = 12        # an answer is stuck when its last 12 tokens repeat a cyc
 
 def engine(model, eos, kv: tuple[str, str], kv_bytes: int, page: int, max_len: int,
            max_batch: int = 16) -> LLMEngine:
+    """An engine whose KV cache is in format kv. Every format attends the same way, each context
+    gathered and attended by SDPA (decode_in_place off): the 8-bit pool is read back by
+    gathering, and task 13's kernel that reads pages in place would change the bf16 reference's
+    last bits, and so its greedy answers, for a reason that is not the cache's format."""
     return LLMEngine(model, eos, EngineConfig(kv_bytes=kv_bytes, page_size=page,
                                               max_batch=max_batch, max_model_len=max_len,
-                                              kv_cache_dtype=kv[0], kv_scale=kv[1]))
+                                              kv_cache_dtype=kv[0], kv_scale=kv[1],
+                                              decode_in_place=False))
 
 
 def greedy_answers(model, eos, prompts: list[list[int]], max_tokens: int, kv: tuple[str, str],

@@ -60,21 +60,17 @@ static inline uint8_t to_e5m2(float f) {
    subnormal (2^-9, 2^-16), which an int -> float conversion and a multiply give exactly. The
    codes of NaN and infinity are not decoded: a write clamps to the format's range first, so it
    never makes them. */
-static inline float from_e4m3(uint8_t c) {
+static inline float from_fp8(uint8_t c, const uint32_t mantissa, const uint32_t bias) {
     const uint32_t mag = c & 0x7Fu, sign = (uint32_t)(c & 0x80u) << 24;
-    const uint32_t normal = (mag << 20) + (120u << 23);
-    const uint32_t subnormal = bits_of((float)mag * 0x1p-9f);
-    const uint32_t is_normal = 0u - (uint32_t)(mag >= 8);    /* all ones or zero: no branch */
+    const uint32_t normal = (mag << (23 - mantissa)) + ((127 - bias) << 23);
+    const float smallest = float_of((127 + 1 - bias - mantissa) << 23);  /* 2^-9, 2^-16 */
+    const uint32_t subnormal = bits_of((float)mag * smallest);
+    const uint32_t is_normal = 0u - (uint32_t)(mag >= (1u << mantissa));  /* no branch */
     return float_of((normal & is_normal) | (subnormal & ~is_normal) | sign);
 }
 
-static inline float from_e5m2(uint8_t c) {
-    const uint32_t mag = c & 0x7Fu, sign = (uint32_t)(c & 0x80u) << 24;
-    const uint32_t normal = (mag << 21) + (112u << 23);
-    const uint32_t subnormal = bits_of((float)mag * 0x1p-16f);
-    const uint32_t is_normal = 0u - (uint32_t)(mag >= 4);    /* all ones or zero: no branch */
-    return float_of((normal & is_normal) | (subnormal & ~is_normal) | sign);
-}
+static inline float from_e4m3(uint8_t c) { return from_fp8(c, 3, 7); }
+static inline float from_e5m2(uint8_t c) { return from_fp8(c, 2, 15); }
 
 /* Where in slots the first slot outside a pool of num_slots is, or -1 if none. Both functions
    check before they write or read anything and return it, so that a bad slot is an IndexError in

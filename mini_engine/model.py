@@ -146,8 +146,11 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
                call_slots: int = EngineConfig.attention_call_slots,
                in_place: bool = EngineConfig.decode_in_place) -> Batch:
     """Every request's chunk as rows of one batch, its K/V slots, and its attention groups.
-    in_place: the decode requests attend in one group, in paged_attention.c (where it cannot
-    run, attention() falls back to calls of at most call_slots, as prefill groups always do)."""
+    in_place: the decode requests attend in one group, in paged_attention.c, not cut into calls
+    (it pads nothing). Where the library could not be built, they are cut into calls of at most
+    call_slots, as prefill groups always are; where attention() meets a case the C does not take
+    (its limits, a pool in 8 bits: the engine asks for no in-place group then), it gathers the
+    whole group in one call."""
     rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
     for chunk in chunks:
         (decode if len(chunk.token_ids) == 1 else prefill).append(

@@ -18,8 +18,9 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
     kv_quant.py       the KV cache in 8 bits: a token's bytes, scales a layer or a token, the
                       pool's write and read, in C (kv_quant.c) (EngineConfig.kv_cache_dtype;
                       task 14)
-    native.py         builds those two C files for this machine, once, and loads them
-    linear.py         how its linear layers are handed to the matmul library, measured here
+    native.py         builds those C files for this machine, once, and loads them
+    linear.py         how its linear layers are handed to the matmul library, measured here,
+                      or to its own product for a step's few rows (matmul.c; task 13)
     compiled.py       the decoder layers as one graph of torch.compile, the products and
                       attention called in it (EngineConfig.compile_model; task 13)
     sampler.py        the next token: greedy, or temperature with a seeded generator; and

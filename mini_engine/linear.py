@@ -12,6 +12,8 @@ keeps the fastest for each kind of layer. Until then every layer runs F.linear.
     W @ x.T         the same product transposed: the library sees the long side (out) as M
     oneDNN packed   the weight reordered once into oneDNN's blocked layout, then each product
                     through oneDNN directly: private torch ops, see _packed_weight below
+    mini_engine C   the weight packed once for matmul.c, a kernel for a decode step's few rows
+                    (bfloat16 on a CPU with AVX512_BF16 only)
 
 Fusion is measured the same way: q, k and v as one weight (vLLM's QKVParallelLinear) or three
 products, gate and up as one (MergedColumnParallelLinear) or two.
@@ -27,12 +29,16 @@ what is timed.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+from mini_engine import native
 
 
 @dataclass(frozen=True)
@@ -74,19 +80,78 @@ def _packed_works(dtype: torch.dtype) -> bool:
         return False           # missing from this torch, renamed, or this dtype refused
 
 
+# --- mini_engine's own product for a step's few rows: matmul.c --------------------------------
+# Why: at 1 to 16 rows a product's floor is reading its weight once, and oneDNN, built for many
+# rows as well, read it at about half the memory's speed on an AMD EPYC with AVX-512 (matmul.c
+# says how this one is laid out; docs/measurements.md has the figures). bfloat16 only, on CPUs
+# with AVX512_BF16 (its vdpbf16ps is the kernel's one multiply); elsewhere it is no candidate.
+class MatmulPacked(NamedTuple):
+    packed: torch.Tensor       # (ceil(N / 16), K / 2, 16, 2) bfloat16, the columns past N zero
+    out_features: int          # N
+
+
+@functools.cache
+def _matmul_c() -> ctypes.CDLL | None:
+    """matmul.c built for this machine, or None: no compiler, or no AVX512_BF16 here."""
+    loaded = native.library("matmul.c")
+    if loaded is None or not loaded.matmul_bf16_supported():
+        return None
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    loaded.matmul_bf16.argtypes = [p, i64, i64, p, i64, p]
+    loaded.matmul_bf16.restype = None
+    return loaded
+
+
+def _matmul_pack(weight: torch.Tensor) -> MatmulPacked:
+    """W (N, K) in matmul.c's layout: blocks of 16 output columns, each K/2 steps of 16 x 2
+    values (W[n, k], W[n, k + 1]); K padded to even and N to a multiple of 16 with zeros."""
+    n, k = weight.shape
+    w = F.pad(weight, (0, k % 2, 0, -n % 16))
+    blocks, half = w.shape[0] // 16, w.shape[1] // 2
+    return MatmulPacked(w.reshape(blocks, 16, half, 2).transpose(1, 2).contiguous(), n)
+
+
+def _matmul_run(x: torch.Tensor, weight: MatmulPacked) -> torch.Tensor:
+    packed, n = weight
+    rows, k = x.shape
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"mini_engine C multiplies bfloat16 only, not {x.dtype}")
+    if k % 2:
+        x = F.pad(x, (0, 1))              # the packed weight's padding column is zero
+    x = x.contiguous()
+    if x.shape[1] != 2 * packed.shape[1]:
+        raise ValueError(f"x has {k} features, the weight {2 * packed.shape[1]}")
+    y = x.new_empty(rows, n)
+    _matmul_c().matmul_bf16(x.data_ptr(), rows, x.shape[1], packed.data_ptr(), n, y.data_ptr())
+    return y
+
+
+def _matmul_works(dtype: torch.dtype) -> bool:
+    """matmul.c is built, this CPU has its instruction, and it matches F.linear."""
+    if dtype != torch.bfloat16 or _matmul_c() is None:
+        return False
+    w, x = torch.randn(40, 18).to(dtype), torch.randn(7, 18).to(dtype)
+    y = _matmul_run(x, _matmul_pack(w))
+    return torch.allclose(y.float(), F.linear(x.float(), w.float()), rtol=2e-2, atol=2e-2)
+
+
 KERNELS = {k.name: k for k in (
     Kernel("F.linear", lambda w: w, lambda x, w: F.linear(x, w), keeps_weight=True),
     Kernel("W @ x.T", lambda w: w, lambda x, w: torch.mm(w, x.t()).t().contiguous(),
            keeps_weight=True),
     Kernel("oneDNN packed", _packed_weight, _packed_run, keeps_weight=False),
+    Kernel("mini_engine C", _matmul_pack, _matmul_run, keeps_weight=False),
 )}
 
 
 def available_kernels(dtype: torch.dtype) -> list[Kernel]:
-    """The candidates this torch can run here: the public two, and oneDNN's where it works."""
+    """The candidates this machine can run: the public two, oneDNN's where it works, and
+    matmul.c's in bfloat16 where the CPU has AVX512_BF16."""
     kernels = [KERNELS["F.linear"], KERNELS["W @ x.T"]]
     if _packed_works(dtype):
         kernels.append(KERNELS["oneDNN packed"])
+    if _matmul_works(dtype):
+        kernels.append(KERNELS["mini_engine C"])
     return kernels
 
 

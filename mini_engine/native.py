@@ -1,8 +1,9 @@
 """mini_engine's C, built for this machine the first time it is needed: the 8-bit KV cache's
-write and read (kv_quant.c, task 14) and decode attention over the paged pool
-(paged_attention.c, task 13). Each is a few dozen lines that do in one pass what torch does in
-several; each has a torch path that gives the same result where no C compiler is found, so the
-C is a speed-up, never a requirement.
+write and read (kv_quant.c, task 14), decode attention over the paged pool (paged_attention.c,
+task 13) and a linear layer's product for a step's few rows (matmul.c, task 13). Each is a few
+dozen lines that do in one pass what torch does in several, or faster at a decode step's shapes;
+each has a torch path where no C compiler is found (matmul.c: the other kernels of linear.py),
+so the C is a speed-up, never a requirement.
 
 A source is built once per CPU and compiler with -O3 -march=native (for the machine it runs
 on), into ~/.cache/mini_engine/<name>-<hash>.so, the hash taken over the source, the flags, the

@@ -1,0 +1,112 @@
+/* The linear layers' product for a decode step, y = x @ W.T in bfloat16, for the few rows a step
+   has (task 13; mini_engine/linear.py offers it as one more candidate, "mini_engine C", and the
+   warm-up keeps it only where it measures fastest on this CPU).
+
+   Why one more kernel. A decode step's product has a handful of rows (1 to the engine's cap, 16)
+   against a weight of hundreds of thousands of values: the weight is read once from memory and
+   each value is used for a handful of rows. Its floor is the time to read the weights (one read
+   of SmolLM-135M's 269 MB, docs/roofline.md), and at 16 rows the multiplications' time at peak is
+   about as long. oneDNN, the library behind F.linear, is built for products with many rows too:
+   on an AMD EPYC with AVX-512 it read its packed weights at about half the machine's memory
+   speed at one row, where this kernel reads them at nearly all of it (docs/measurements.md).
+
+   How. vdpbf16ps (AVX512_BF16, on AMD Zen 4 and Intel Cooper Lake and later) multiplies 16 pairs
+   of bfloat16 values by 16 other pairs and adds each pair's two products into one float32 lane:
+   16 outputs each advance by two steps of K in one instruction. So the weight is packed once, at
+   the warm-up, into blocks of 16 output columns, each block K/2 rows of 16 x 2 values: (W[n, k],
+   W[n, k + 1]) for n in the block, k = 0, 2, 4, ..., one 64-byte load per step, in the order the
+   loop reads them. A tile of up to ROWS rows of x by COLS blocks (64 columns) keeps ROWS x COLS
+   sums in registers; each weight load serves every row of the tile, and each pair of x values,
+   one 4-byte broadcast, serves every block. The two threads share the blocks (OpenMP, on torch's
+   own pool, as paged_attention.c). A block's K/2 x 32 values (36 KB at K = 576) stay in the
+   core's cache while the next rows of x pass over them, so the weight comes from memory once.
+   ROWS 6 and COLS 4 came out best of seven shapes tried on that EPYC (6 x 4 sums, 24 of the 32
+   vector registers).
+
+   The sums are float32, rounded once to bfloat16 at the end (to nearest, ties to even), as oneDNN
+   rounds its bfloat16 products; the order of the additions is not oneDNN's, so the last bit of
+   an output may differ (tests/test_matmul.py bounds it against float64).
+
+   x        (M, K) bfloat16, rows contiguous, K even
+   packed   (ceil(N / 16), K / 2, 16, 2) bfloat16: matmul_pack's layout, the columns past N zero
+   y        (M, N) bfloat16
+   Where the compiler does not target AVX512_BF16 (-march=native on a CPU without it),
+   matmul_bf16_supported returns 0 and linear.py does not offer the kernel. */
+#include <stdint.h>
+
+#define ROWS 6
+#define COLS 4
+
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+
+/* rows x of x against blocks [block, block + cols) of the packed weight: R and C are constants
+   wherever this is inlined, so the sums stay in registers */
+static inline __attribute__((always_inline)) void tile(const int R, const int C,
+        const uint16_t *x, int64_t K, const uint16_t *packed, int64_t block,
+        uint16_t *y, int64_t N) {
+    __m512 sum[ROWS][COLS];
+    const int32_t *pair[ROWS];              /* (x[r, k], x[r, k + 1]) as one 32-bit value */
+    const uint16_t *w[COLS];
+    for (int r = 0; r < R; r++) {
+        pair[r] = (const int32_t *)(x + r * K);
+        for (int c = 0; c < C; c++) sum[r][c] = _mm512_setzero_ps();
+    }
+    for (int c = 0; c < C; c++) w[c] = packed + (block + c) * K * 16;
+    for (int64_t k2 = 0; k2 < K / 2; k2++) {
+        __m512i wk[COLS];
+        for (int c = 0; c < C; c++) wk[c] = _mm512_loadu_si512(w[c] + k2 * 32);
+        for (int r = 0; r < R; r++) {
+            __m512bh xk = (__m512bh)_mm512_set1_epi32(pair[r][k2]);
+            for (int c = 0; c < C; c++)
+                sum[r][c] = _mm512_dpbf16_ps(sum[r][c], (__m512bh)wk[c], xk);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            int64_t col = (block + c) * 16;
+            __mmask16 keep = N - col >= 16 ? 0xFFFF : (__mmask16)((1u << (N - col)) - 1);
+            _mm256_mask_storeu_epi16(y + r * N + col, keep,
+                                     (__m256i)_mm512_cvtneps_pbh(sum[r][c]));
+        }
+}
+
+#define TILE_ROWS(C) \
+    switch (rows) {  \
+    case 1: tile(1, C, xr, K, packed, block, yr, N); break; \
+    case 2: tile(2, C, xr, K, packed, block, yr, N); break; \
+    case 3: tile(3, C, xr, K, packed, block, yr, N); break; \
+    case 4: tile(4, C, xr, K, packed, block, yr, N); break; \
+    case 5: tile(5, C, xr, K, packed, block, yr, N); break; \
+    default: tile(6, C, xr, K, packed, block, yr, N); break; \
+    }
+
+int matmul_bf16_supported(void) { return 1; }
+
+void matmul_bf16(const uint16_t *x, int64_t M, int64_t K, const uint16_t *packed, int64_t N,
+                 uint16_t *y) {
+    int64_t blocks = (N + 15) / 16, panels = (blocks + COLS - 1) / COLS;
+    #pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < panels; p++) {
+        int64_t block = p * COLS, cols = blocks - block < COLS ? blocks - block : COLS;
+        for (int64_t r0 = 0; r0 < M; r0 += ROWS) {   /* the panel stays in cache across rows */
+            int rows = M - r0 < ROWS ? (int)(M - r0) : ROWS;
+            const uint16_t *xr = x + r0 * K;
+            uint16_t *yr = y + r0 * N;
+            switch (cols) {
+            case 4: TILE_ROWS(4) break;
+            case 3: TILE_ROWS(3) break;
+            case 2: TILE_ROWS(2) break;
+            default: TILE_ROWS(1) break;
+            }
+        }
+    }
+}
+#else
+int matmul_bf16_supported(void) { return 0; }
+
+void matmul_bf16(const uint16_t *x, int64_t M, int64_t K, const uint16_t *packed, int64_t N,
+                 uint16_t *y) {
+    (void)x; (void)M; (void)K; (void)packed; (void)N; (void)y;
+}
+#endif

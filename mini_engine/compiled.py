@@ -7,7 +7,7 @@ product, the residual add, RMSNorm, gate/up, SiLU x up, down, the residual add. 
 pointwise work (the norms, RoPE, SiLU, the adds) into loops of its own, written in C++, and the
 whole stack runs as one call a step, where the eager forward dispatches each of its ~600 small
 operations from Python. Two things inside it stay as they are, as custom ops that the graph calls
-the way it calls a library's kernel (torch.library.custom_op, opaque to inductor):
+the way it calls a library's kernel (declared with torch.library, opaque to inductor):
 - the linear products, through the kernel the model runs (mini_engine/linear.py): the choice made
   at the warm-up is kept, oneDNN's packed weights included, which inductor could not take as
   inputs;
@@ -92,20 +92,23 @@ def forward_context(batch: Batch, profiler: StepProfiler | NoProfiler):
         _STEP.update(batch=None, profiler=NoProfiler())
 
 
-@torch.library.custom_op("mini_engine::linear", mutates_args=())
+# The two ops are declared by their schema (torch.library.Library), not with
+# torch.library.custom_op: a custom_op checks at every call that its output aliases none of its
+# inputs, which made a call from a compiled graph cost about 19 us instead of 11 (an op that
+# does nothing, 150 calls; docs/measurements.md), and a step makes 150. The schema says what
+# that check guarded: pool is written in place ("Tensor(a!)"), the outputs are new tensors.
+_LIBRARY = torch.library.Library("mini_engine", "DEF")
+_LIBRARY.define("linear(Tensor x, int model, int layer, int kind) -> Tensor")
+_LIBRARY.define("paged_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) pool, int model) "
+                "-> Tensor")
+
+
 def linear_op(x: torch.Tensor, model: int, layer: int, kind: int) -> torch.Tensor:
     """x through layer `layer`'s linear of kind DecoderLayer.LINEARS[kind], with its kernel."""
     run = getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind])
     return _STEP["profiler"].timed("matmul", run)(x)
 
 
-@linear_op.register_fake
-def _(x, model, layer, kind):
-    weight_rows = sum(getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind]).sizes)
-    return x.new_empty(x.shape[0], weight_rows)
-
-
-@torch.library.custom_op("mini_engine::paged_attention", mutates_args=("pool",))
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: torch.Tensor,
                  model: int) -> torch.Tensor:
     """Llama.attention on the step's batch (forward_context): writes k and v into the pool."""
@@ -115,7 +118,17 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: torch.
     return out if n == q.shape[0] else torch.cat([out, out.new_zeros(q.shape[0] - n, out.shape[1])])
 
 
-@attention_op.register_fake
+_LIBRARY.impl("linear", linear_op, "CPU")
+_LIBRARY.impl("paged_attention", attention_op, "CPU")
+
+
+@torch.library.register_fake("mini_engine::linear", lib=_LIBRARY)
+def _(x, model, layer, kind):
+    weight_rows = sum(getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind]).sizes)
+    return x.new_empty(x.shape[0], weight_rows)
+
+
+@torch.library.register_fake("mini_engine::paged_attention", lib=_LIBRARY)
 def _(q, k, v, pool, model):
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
 
@@ -127,15 +140,16 @@ def decoder_layers(x, cos, sin_signed, kv_cache: list, norms: list, model: int, 
                    heads: int, kv_heads: int):
     """Every decoder layer over x (T, C), as Llama.forward computes them; norms: each layer's
     input and post-attention RMSNorm weights, in turn."""
+    linear, attention = torch.ops.mini_engine.linear, torch.ops.mini_engine.paged_attention
     for i, pool in enumerate(kv_cache):
         h = F.rms_norm(x, (x.shape[-1],), norms[2 * i], eps)
-        qkv = linear_op(h, model, i, QKV).unflatten(-1, (heads + 2 * kv_heads, -1))
+        qkv = linear(h, model, i, QKV).unflatten(-1, (heads + 2 * kv_heads, -1))
         qk = Llama.rope(qkv[:, :heads + kv_heads], cos, sin_signed)
-        attn = attention_op(qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:], pool, model)
-        x = x + linear_op(attn, model, i, O)
+        attn = attention(qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads:], pool, model)
+        x = x + linear(attn, model, i, O)
         h = F.rms_norm(x, (x.shape[-1],), norms[2 * i + 1], eps)
-        gate, up = linear_op(h, model, i, GATE_UP).chunk(2, dim=-1)
-        x = x + linear_op(F.silu(gate) * up, model, i, DOWN)                     # SwiGLU
+        gate, up = linear(h, model, i, GATE_UP).chunk(2, dim=-1)
+        x = x + linear(F.silu(gate) * up, model, i, DOWN)                         # SwiGLU
     return x
 
 

@@ -23,7 +23,7 @@ class Settings(results.Record):
 class EngineMode(results.Record):
     """mini_engine one way: eager (the kernels chosen) or compiled (the same kernels, the decoder
     layers one graph of torch.compile)."""
-    warm_up_s: float              # choosing the kernels, and compiling where it does
+    warm_up_s: float              # eager: choosing the kernels; compiled: compiling (same model)
     warm_up_added_bytes: int      # RSS the warm-up added (its first engine's KV pool included)
     num_graphs: int               # graphs torch.compile made (0: eager)
     phases: dict[int, Phases]     # batch (1 and the cap) -> a decode step's phases

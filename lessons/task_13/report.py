@@ -54,9 +54,11 @@ def print_engine(r: CompiledStep) -> None:
     report.table(["", "warm-up s", "graphs", "RSS added MB", "tokens/s"],
                  [(name, f"{m.warm_up_s:.1f}", m.num_graphs, f"{m.warm_up_added_bytes / 1e6:.0f}",
                    f"{m.tokens_per_s:.1f}") for name, m in rows], [13, 12, 9, 16, 15])
-    report.note("Warm-up: the kernel choice, the compile where there is one, and a first engine "
-                "(its KV pool included). After it no step compiled: a graph it would have needed "
-                "is an error (mini_engine/compiled.py).")
+    report.note("Warm-up: eager, the kernel choice and a first engine (its KV pool included); "
+                "compiled, the compile and a first engine, on the same model and kernels. After "
+                "it no step compiled: a graph it would have needed is an error "
+                "(mini_engine/compiled.py). Tokens/s: the ways took turns on the workload, each "
+                "its fastest pass")
     if r.compiled is None:
         report.row("Compiled", f"not measured: {r.compile_skipped}")
         return
@@ -172,7 +174,8 @@ def engine_lines(r: CompiledStep) -> list[str]:
 
 def vllm_lines(r: CompiledStep) -> list[str]:
     """What compiling cost vLLM and bought it, and the source's choice weighed in its own terms:
-    the share of a 4 GB VM it saved against the share of speed it gave up."""
+    the share of a 4 GB VM it saved against the tokens/s it gave up (compiled over eager, less
+    one: compiling's gain, in per cent of the eager speed)."""
     eager, comp = r.vllm["eager"], r.vllm["compiled"]
     mem = (comp.peak_pss_bytes - eager.peak_pss_bytes) / GB
     start = comp.startup_s - eager.startup_s
@@ -189,12 +192,12 @@ def vllm_lines(r: CompiledStep) -> list[str]:
                      "enforce_eager=True on this machine")
     elif gain > share:
         lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
-                     f"and gave up {100 * gain:.0f}% of the speed: on this machine it was the "
+                     f"and gave up {100 * gain:.0f}% more tokens/s: on this machine it was the "
                      f"wrong trade, unless {start:.0f} s a start matters more")
     else:
         lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
-                     f"and {start:.0f} s a start, and gave up {100 * gain:.0f}% of the speed: on "
-                     "this machine it was the right trade")
+                     f"and {start:.0f} s a start, and gave up {100 * gain:.0f}% more tokens/s: "
+                     "on this machine it was the right trade")
     return lines
 
 

@@ -146,7 +146,7 @@ typedef struct {
 
 typedef struct {
     const char *pool;
-    int64_t slot_bytes, group, chunks, width, kv_heads;
+    int64_t slot_bytes, group, chunks, kv_heads;
     int bf16;
 } Shape;
 
@@ -194,8 +194,8 @@ void paged_decode_attention(const void *q, int64_t q_row, const int64_t *rows, c
                             int64_t kv_heads, int64_t group, int64_t dim, float scale,
                             int in_bf16, void *out, int threads) {
     const int64_t width = in_bf16 ? 2 : 4;
-    const Shape t = {(const char *)pool, 2 * kv_heads * dim * width, group, dim / LANES, width,
-                     kv_heads, in_bf16};
+    const Shape t = {(const char *)pool, 2 * kv_heads * dim * width, group, dim / LANES, kv_heads,
+                     in_bf16};
     /* a task is a request, all its KV heads: each slot's row is read whole, block by block. With
        fewer requests than threads, a task is one KV head of a request instead. */
     const int64_t per = n >= threads ? kv_heads : 1, tasks = n * (kv_heads / per);

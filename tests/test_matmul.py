@@ -6,23 +6,17 @@ F.linear's within bfloat16's rounding. Its speed is measured by the warm-up's ke
 by task 13, never here."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from common import settings
 from mini_engine import Llama
 from mini_engine import linear as lin
 from mini_engine.model import RequestChunk, make_batch
 
 
-def has_avx512_bf16() -> bool:
-    cpuinfo = Path("/proc/cpuinfo")
-    return cpuinfo.exists() and " avx512_bf16" in cpuinfo.read_text()
-
-
-needs_bf16_dot = pytest.mark.skipif(not has_avx512_bf16(),
+needs_bf16_dot = pytest.mark.skipif("avx512_bf16" not in settings.cpu_flags(),
                                     reason="the CPU has no AVX512_BF16: matmul.c's kernel is off")
 C = lin.KERNELS["mini_engine C"]
 

@@ -9,9 +9,16 @@
    of 16 positions, through its slots, and for each KV head: scores the 16 keys against the
    query heads that share the head, keeps a running softmax (its maximum and total so far, the
    sum so far rescaled when the maximum grows: "online softmax", as flash attention and vLLM's
-   kernels do), and adds in the 16 V rows with their weights. Each slot's row is read once, K and
-   V of every head together, with the next block's rows asked for ahead (prefetch); nothing is
-   copied or padded, so a request of 20 tokens costs 20 tokens beside one of 1,000.
+   kernels do), and adds in the 16 V rows with their weights. Nothing is copied or padded, so a
+   request of 20 tokens costs 20 tokens beside one of 1,000.
+
+   Reading the pages is half the work: at 16 requests of 1,024 tokens, the kernel took 15 ms
+   when every slot pointed at one page (all of it in the core's cache) and 37 ms over pages
+   scattered as a pool's are. Each key a head scores therefore asks for the same head's K and V
+   rows one block (16 positions) ahead, into L2 (prefetch, locality 2): spread one slot at a
+   time over the block, 21 ms. Asking for the whole next block at the start of a block, 192
+   lines at once, took 37 ms, as without asking (why, not measured: this VM shows no hardware
+   counters); into L1, 29-40 ms (docs/measurements.md, issue 29).
 
    Where the head's shape is SmolLM's (3 query heads a KV head, 64 values a head) in bfloat16,
    head_block is compiled with those numbers as constants, so the compiler unrolls its loops and
@@ -39,6 +46,8 @@
    query heads a KV head and 16 KV heads. */
 #include <stdint.h>
 #include <string.h>
+
+#define AHEAD 1             /* blocks ahead that a block asks for (above) */
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
@@ -151,16 +160,24 @@ typedef struct {
 } Shape;
 
 /* One block of up to 16 context positions (sl[0..m)) for one KV head h: scores, the softmax's
-   running maximum and total brought up to date, the V rows added in. */
+   running maximum and total brought up to date, the V rows added in; meanwhile the head's K and
+   V rows of the slots ahead[0..am) are asked for (prefetch into L2). */
 static inline __attribute__((always_inline)) void head_block(Head *hd, const Shape *t,
         const int64_t G, const int64_t CH, const int bf16, int64_t h, const int64_t *sl,
-        int64_t m) {
+        int64_t m, const int64_t *ahead, int64_t am) {
     const int64_t width = bf16 ? 2 : 4;
     const int64_t k_off = h * CH * LANES * width, v_off = (t->kv_heads + h) * CH * LANES * width;
     v16 s[MAX_G], parts[MAX_G][LANES], acc[MAX_G][MAX_CHUNKS];
     for (int64_t jj = 0; jj < LANES; jj++) {
         v16 k[MAX_CHUNKS];
         const char *row = t->pool + sl[jj < m ? jj : 0] * t->slot_bytes + k_off;
+        if (jj < am) {
+            const char *next = t->pool + ahead[jj] * t->slot_bytes;
+            for (int64_t b = 0; b < CH * LANES * width; b += 64) {
+                __builtin_prefetch(next + k_off + b, 0, 2);
+                __builtin_prefetch(next + v_off + b, 0, 2);
+            }
+        }
         for (int64_t c = 0; c < CH; c++) k[c] = load16(row + c * LANES * width, bf16);
         for (int64_t g = 0; g < G; g++) {
             v16 a = hd->query[g][0] * k[0];
@@ -217,17 +234,17 @@ void paged_decode_attention(const void *q, int64_t q_row, const int64_t *rows, c
             }
         }
         for (int64_t j0 = 0; j0 < len; j0 += LANES) {
-            /* the next block's rows, asked for now: waiting for them one by one would cost
-               more than the arithmetic */
-            for (int64_t jj = j0 + LANES; jj < j0 + 2 * LANES && jj < len; jj++)
-                for (int64_t b = 0; b < t.slot_bytes; b += 64)
-                    __builtin_prefetch(t.pool + sl[jj] * t.slot_bytes + b);
+            /* the slots whose rows this block asks for: AHEAD blocks on (above) */
+            const int64_t a0 = j0 + AHEAD * LANES;
+            const int64_t am = len - a0 < 0 ? 0 : (len - a0 < LANES ? len - a0 : LANES);
+            const int64_t *ahead = am ? sl + a0 : sl;
             const int64_t m = len - j0 < LANES ? len - j0 : LANES;
             for (int64_t h = h0; h < h0 + per; h++) {
                 if (t.bf16 && t.group == 3 && t.chunks == 4)  /* SmolLM's, bf16: unrolled */
-                    head_block(&hd[h - h0], &t, 3, 4, 1, h, sl + j0, m);
+                    head_block(&hd[h - h0], &t, 3, 4, 1, h, sl + j0, m, ahead, am);
                 else
-                    head_block(&hd[h - h0], &t, t.group, t.chunks, t.bf16, h, sl + j0, m);
+                    head_block(&hd[h - h0], &t, t.group, t.chunks, t.bf16, h, sl + j0, m, ahead,
+                               am);
             }
         }
         for (int64_t h = h0; h < h0 + per; h++) {

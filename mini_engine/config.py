@@ -45,6 +45,13 @@ class EngineConfig:
     # above the best cap in each case measured, bf16 and fp32 (docs/measurements.md, issue 29);
     # at the lab's short contexts the whole decode batch stays one call.
     attention_call_slots: int = 2048
+    # a prefill's queries attend in pieces of at most this many (model.make_batch), each over
+    # the context up to its own last position: SDPA computes a whole rectangle and masks what a
+    # query must not see, so a prompt whole wastes about half its work, pieces of c about c/2 a
+    # row. On the long-context workload (benchmarks/long_context.py's prompts, 4 tokens out),
+    # the steps with prefill spent 2.6-2.7 s attending with prompts whole and 1.4-1.7 s in
+    # pieces of 64; 32 did as well, 48 to 256 worse (docs/measurements.md, issue 29).
+    prefill_query_chunk: int = 64
     # a decode step's attention in one pass of C that reads each request's pages where they are
     # (mini_engine/paged_attention.c), as vLLM's CPU kernel does, instead of a gather and SDPA.
     # Where it cannot be built, or the cache is in 8 bits, decode groups gather as prefill does.
@@ -63,7 +70,7 @@ class EngineConfig:
             if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
                 raise ValueError(f"EngineConfig.{f.name} must be {f.type}, not {value!r}")
         for name in ("kv_bytes", "page_size", "max_batch", "max_model_len",
-                     "attention_call_slots"):
+                     "attention_call_slots", "prefill_query_chunk"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be at least 1, not "
                                  f"{getattr(self, name)}")

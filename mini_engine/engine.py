@@ -172,7 +172,8 @@ class LLMEngine:
         c = self.config
         batch = make_batch(chunks, c.page_size, self.model.heads_per_kv, self.model.dtype,
                            c.attention_call_slots,
-                           in_place=c.decode_in_place and c.kv_cache_dtype == "auto")
+                           in_place=c.decode_in_place and c.kv_cache_dtype == "auto",
+                           query_chunk=c.prefill_query_chunk)
         logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)

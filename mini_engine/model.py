@@ -144,17 +144,23 @@ def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[G
 def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1,
                dtype: torch.dtype = torch.float32,
                call_slots: int = EngineConfig.attention_call_slots,
-               in_place: bool = EngineConfig.decode_in_place) -> Batch:
+               in_place: bool = EngineConfig.decode_in_place,
+               query_chunk: int = EngineConfig.prefill_query_chunk) -> Batch:
     """Every request's chunk as rows of one batch, its K/V slots, and its attention groups.
     in_place: the decode requests attend in one group, in paged_attention.c, not cut into calls
     (it pads nothing). Where the library could not be built, they are cut into calls of at most
     call_slots, as prefill groups always are; where attention() meets a case the C does not take
     (its limits, a pool in 8 bits: the engine asks for no in-place group then), it gathers the
-    whole group in one call."""
+    whole group in one call. query_chunk: a prefill's queries go into pieces of at most this many,
+    each a member of its own, over the context up to its last position (why: config.py)."""
     rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
     for chunk in chunks:
-        (decode if len(chunk.token_ids) == 1 else prefill).append(
-            GroupMember(len(rows_ids), len(chunk.token_ids), chunk.start_pos, chunk.page_table))
+        n = len(chunk.token_ids)
+        if n == 1:
+            decode.append(GroupMember(len(rows_ids), 1, chunk.start_pos, chunk.page_table))
+        for q in range(0, n if n > 1 else 0, query_chunk):    # a prefill's queries in pieces
+            prefill.append(GroupMember(len(rows_ids) + q, min(query_chunk, n - q),
+                                       chunk.start_pos + q, chunk.page_table))
         rows_ids += chunk.token_ids
         for pos in range(chunk.start_pos, chunk.start_pos + len(chunk.token_ids)):
             rows_pos.append(pos)

@@ -341,6 +341,7 @@ def test_mini_engine_imports_nothing_of_the_lab():
     ({"page_size": 0}, "EngineConfig.page_size must be at least 1, not 0"),
     ({"max_batch": -2}, "EngineConfig.max_batch must be at least 1, not -2"),
     ({"max_model_len": 0}, "EngineConfig.max_model_len must be at least 1, not 0"),
+    ({"prefill_query_chunk": 0}, "EngineConfig.prefill_query_chunk must be at least 1, not 0"),
     ({"policy": "fifo"}, "EngineConfig.policy 'fifo' is not one of continuous, static"),
     ({"pad_finished": 1}, "EngineConfig.pad_finished must be bool, not 1"),
     ({"enable_prefix_caching": "yes"}, "EngineConfig.enable_prefix_caching must be bool"),

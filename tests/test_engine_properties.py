@@ -148,7 +148,10 @@ def engine_settings(draw, page_size: int) -> dict:
                 [AUTO, ("fp8", "token"), ("fp8", "layer"), ("fp8_e5m2", "token")])),
             # issue 29: attention in calls of at most this many context slots; 1 and 12 split a
             # batch into calls of one or a few requests (mini_engine's default keeps it whole)
-            "attention_call_slots": draw(st.sampled_from([2048, 1, 12]))}
+            "attention_call_slots": draw(st.sampled_from([2048, 1, 12])),
+            # a prefill's queries in pieces of at most this many (64, the default, cuts none of
+            # these prompts; 1 and 3 cut every one)
+            "prefill_query_chunk": draw(st.sampled_from([64, 1, 3]))}
 
 
 @st.composite
@@ -238,7 +241,8 @@ def test_scheduler_invariants(tiny_llama, case):
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         compile_model=case["compile_model"],
-        attention_call_slots=case["attention_call_slots"], kv_cache_dtype=case["kv"][0],
+        attention_call_slots=case["attention_call_slots"],
+        prefill_query_chunk=case["prefill_query_chunk"], kv_cache_dtype=case["kv"][0],
         kv_scale=case["kv"][1]))
     eng.warm_up()
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
@@ -422,7 +426,8 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         num_speculative_tokens=case["k"], prompt_lookup_min=case["n"][0],
         prompt_lookup_max=case["n"][1], compile_model=case["compile_model"],
-        attention_call_slots=case["attention_call_slots"], kv_cache_dtype=case["kv"][0],
+        attention_call_slots=case["attention_call_slots"],
+        prefill_query_chunk=case["prefill_query_chunk"], kv_cache_dtype=case["kv"][0],
         kv_scale=case["kv"][1]))
     eng.warm_up()
     proposer = NgramProposer(case["k"], *case["n"])

@@ -94,6 +94,34 @@ def test_where_the_c_cannot_run_the_group_gathers(monkeypatch):
                        attend(shape, q, k, v, gathered, pool.clone()))
 
 
+@pytest.mark.parametrize("query_chunk", [1, 5, 64])
+def test_a_prefill_in_pieces_attends_as_it_does_whole(query_chunk):
+    """Prefill rows (fresh prompts, and chunks that go on with one: a start past 0) attend in
+    pieces of at most query_chunk queries, each over the context up to its own last position:
+    the same output as each prompt whole, within float32's rounding; every piece within
+    query_chunk, and every row in exactly one piece."""
+    gen, page = torch.Generator().manual_seed(1), 8
+    starts_lens = [(0, 70), (0, 3), (40, 90), (13, 1), (0, 1)]   # (start_pos, tokens)
+    tables, used = [], 0
+    for start, n in starts_lens:
+        tables.append(list(range(used, used + -(-(start + n) // page))))
+        used += len(tables[-1])
+    chunks = [RequestChunk([0] * n, start, t) for (start, n), t in zip(starts_lens, tables)]
+    rows = sum(n for _, n in starts_lens)
+    pool = torch.randn(used, page, 2, 3, 64, generator=gen)
+    q = torch.randn(rows, 9, 64, generator=gen)
+    k, v = torch.randn(2, rows, 3, 64, generator=gen)
+    shape = dict(num_heads=9, num_kv_heads=3, head_dim=64)
+    whole = make_batch(chunks, page, 3, torch.float32, query_chunk=1 << 30)
+    cut = make_batch(chunks, page, 3, torch.float32, query_chunk=query_chunk)
+    prefill = [g for g in cut.groups if not g.in_place]
+    assert max(g.num_queries for g in prefill) == min(query_chunk, 90)
+    assert sorted(torch.cat([g.out_rows for g in cut.groups]).tolist()) == list(range(rows))
+    outs = [attend(shape, q, k, v, b, pool.clone()) for b in (whole, cut)]
+    scale = outs[0].abs().max().item()
+    assert (outs[0] - outs[1]).abs().max().item() <= 2e-6 * scale
+
+
 def test_the_engine_makes_the_same_tokens_either_way(tiny_llama):
     """The tiny model in float32, prompts of 5 to 60 tokens and 24 tokens each (contexts of up to
     five blocks): decode_in_place on and off give the same greedy tokens, with prefill, chunks and

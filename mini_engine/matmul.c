@@ -17,9 +17,14 @@
    W[n, k + 1]) for n in the block, k = 0, 2, 4, ..., one 64-byte load per step, in the order the
    loop reads them. A tile of up to ROWS rows of x by COLS blocks (64 columns) keeps ROWS x COLS
    sums in registers; each weight load serves every row of the tile, and each pair of x values,
-   one 4-byte broadcast, serves every block. The two threads share the blocks (OpenMP, on torch's
-   own pool, as paged_attention.c). A block's K/2 x 32 values (36 KB at K = 576) stay in the
-   core's cache while the next rows of x pass over them, so the weight comes from memory once.
+   one 4-byte broadcast, serves every block. The two threads share the panels of COLS blocks
+   (OpenMP, on torch's own pool, as paged_attention.c). A panel's K/2 x 128 values (72 KB at
+   K = 576) stay in the core's cache while the next rows of x pass over them, so the weight
+   comes from memory once. A prefill's hundreds of rows are also cut into groups of GROUP_ROWS,
+   a task being one panel's group: where a layer has few panels (9 at N = 576) the threads then
+   get equal shares. On the decoder layers at 1,024 rows the C took 1.00-1.03x oneDNN's time
+   with panels alone, 0.94-0.97x with groups of 48; 24 and 36 did no better
+   (docs/measurements.md). A decode step's rows are one group, as before.
    ROWS 6 and COLS 4 came out best of seven shapes tried on that EPYC (6 x 4 sums, 24 of the 32
    vector registers).
 
@@ -36,6 +41,7 @@
 
 #define ROWS 6
 #define COLS 4
+#define GROUP_ROWS 48      /* rows of a task, at most (above) */
 
 #ifdef __AVX512BF16__
 #include <immintrin.h>
@@ -86,11 +92,14 @@ int matmul_bf16_supported(void) { return 1; }
 void matmul_bf16(const uint16_t *x, int64_t M, int64_t K, const uint16_t *packed, int64_t N,
                  uint16_t *y) {
     int64_t blocks = (N + 15) / 16, panels = (blocks + COLS - 1) / COLS;
+    int64_t groups = (M + GROUP_ROWS - 1) / GROUP_ROWS;
     #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < panels; p++) {
+    for (int64_t task = 0; task < panels * groups; task++) {
+        int64_t p = task / groups, first = task % groups * GROUP_ROWS;
+        int64_t end = first + GROUP_ROWS < M ? first + GROUP_ROWS : M;
         int64_t block = p * COLS, cols = blocks - block < COLS ? blocks - block : COLS;
-        for (int64_t r0 = 0; r0 < M; r0 += ROWS) {   /* the panel stays in cache across rows */
-            int rows = M - r0 < ROWS ? (int)(M - r0) : ROWS;
+        for (int64_t r0 = first; r0 < end; r0 += ROWS) {  /* the panel stays in cache */
+            int rows = end - r0 < ROWS ? (int)(end - r0) : ROWS;
             const uint16_t *xr = x + r0 * K;
             uint16_t *yr = y + r0 * N;
             switch (cols) {

@@ -33,14 +33,16 @@ def test_the_kernel_is_a_candidate_in_bfloat16_only():
 @pytest.mark.parametrize("in_features", [2, 18, 17, 576])
 @pytest.mark.parametrize("out_features", [16, 40, 64, 80, 96, 112, 200])
 def test_the_product_is_the_exact_one_rounded_once(in_features, out_features):
-    """Every row count from 1 to 13 (tiles of 1-6 rows, and 6 + 6 + 1), every number of blocks
-    in a panel (64 columns: 4 blocks; 80, 96, 112: a last panel of 1, 2, 3), a last block cut
-    short (40, 200), an odd K (padded with a zero feature). Against float64: within half a unit
-    of bfloat16's last place (the one rounding) plus float32's error over K additions."""
+    """Every row count from 1 to 13 (tiles of 1-6 rows, and 6 + 6 + 1), a prefill's rows in
+    groups of 48 (50: 48 + 2; 101: 48 + 48 + 5, its last tile cut short in its group), every
+    number of blocks in a panel (64 columns: 4 blocks; 80, 96, 112: a last panel of 1, 2, 3), a
+    last block cut short (40, 200), an odd K (padded with a zero feature). Against float64:
+    within half a unit of bfloat16's last place (the one rounding) plus float32's error over K
+    additions."""
     gen = torch.Generator().manual_seed(in_features * 1000 + out_features)
     w = torch.randn(out_features, in_features, generator=gen).to(torch.bfloat16)
     layer = lin.Linear([w], C)
-    for rows in range(1, 14):
+    for rows in [*range(1, 14), 50, 101]:
         x = torch.randn(rows, in_features, generator=gen).to(torch.bfloat16)
         y = layer(x)
         assert y.shape == (rows, out_features) and y.dtype == torch.bfloat16

@@ -6,6 +6,14 @@ from __future__ import annotations
 import torch
 
 
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax, the first where several are equal (torch's rule and numpy's alike),
+    through numpy: over a decode step's (16, 49,152) float32 logits, torch's argmax took 336 us
+    and numpy's 52 on the AMD EPYC with AVX-512 (docs/measurements.md), in a step of about 21
+    ms."""
+    return torch.from_numpy(logits.numpy().argmax(axis=-1))
+
+
 class Sampler:
     def __init__(self, eos_ids: list[int], seed: int = 0):
         self.eos_ids = eos_ids
@@ -31,7 +39,7 @@ class Sampler:
                  eos_allowed: list[bool]) -> list[int]:
         """logits (B, V) float32 -> B token ids."""
         self._block_eos(logits, eos_allowed)
-        next_ids = logits.argmax(dim=-1)
+        next_ids = greedy(logits)
         hot = [i for i, t in enumerate(temperatures) if t > 0]
         if hot:
             temps = torch.tensor([temperatures[i] for i in hot])[:, None]
@@ -53,7 +61,7 @@ class Sampler:
         distribution p of the row it came from (vLLM's rejection_sampler.py does the same)."""
         self._block_eos(logits, eos_allowed)
         if temperature <= 0:
-            target = logits.argmax(dim=-1).tolist()
+            target = greedy(logits).tolist()
             kept = []
             for guess, want in zip(guesses, target):
                 if guess != want:

@@ -7,10 +7,11 @@ every token asked for is made), through a step budget of 2,048 tokens, a batch c
 neither way's memory, threads or compiled graphs are another's:
 
     mini-one-call   mini_engine eager, each kind of row (decode, prefill) gathering its context
-                    and attending in one call, padded to its longest context: the engine before
-                    issue 29
+                    and attending in one call, padded to its longest context, a prefill's
+                    queries whole: the engine before issue 29
     mini-gather     mini_engine eager, every context gathered, attention in calls of at most
-                    2,048 context slots (EngineConfig.attention_call_slots): decode_in_place off
+                    2,048 context slots (EngineConfig.attention_call_slots), a prefill's queries
+                    in pieces (EngineConfig.prefill_query_chunk): decode_in_place off
     mini-eager      mini_engine eager as it runs by default: decode rows attend in one pass of C
                     that reads the pages in place (EngineConfig.decode_in_place), prefill rows as
                     mini-gather
@@ -24,11 +25,12 @@ workload once, untimed (the first pass of a process runs slower: docs/measuremen
 29), then TIMED_PASSES rounds in which every way runs it once more, one way at a time. Each way
 keeps its fastest timed pass. This machine's speed drifts by a fifth within minutes, so ways
 timed one after the other, as this benchmark once did, measured the hour as much as the engine
-(mini-compiled came out 0.92x mini-eager in one such run, 1.06x in the next). mini_engine's
-eager ways also time attention with task 9's profiler. All the ways' processes are alive
-together: about 5.5 GB for the four of --ways mini-eager,vllm-eager,mini-compiled,vllm-compiled,
-more than the lab's 3.5 GB (this is a benchmark, not a step of the lab). Prints one table;
-results/long_context.json keeps it.
+(mini-compiled came out 0.92x mini-eager in one such run; a pass of each in one process right
+after, 1.06x). mini_engine's eager ways also time attention with task 9's profiler. The ways'
+processes are all alive together: about 5.5 GB for the default four, more than the lab's 3.5 GB
+(this is a benchmark, not a step of the lab), and each one's peak PSS is its share of what they
+hold together (the libraries' pages they share are split among them), lower than it would be
+alone. Prints one table; results/long_context.json keeps it.
 
     python benchmarks/long_context.py [--ways mini-eager,vllm-eager] [--requests 32]
         [--max-prompt 512] [--max-output 256] [--model M] [--dtype auto|bfloat16|float32]
@@ -57,6 +59,7 @@ from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a ca
 SCRIPT = "long_context"
 WAYS = ("mini-one-call", "mini-gather", "mini-eager", "mini-compiled", "vllm-eager",
         "vllm-compiled")
+DEFAULT_WAYS = ["mini-eager", "vllm-eager", "mini-compiled", "vllm-compiled"]   # the issue's
 BUDGET = 2048            # tokens a step (max_num_batched_tokens), the issue's workload
 MAX_BATCH = 16           # the lab's cap (max_num_seqs)
 TIMED_PASSES = 2         # rounds timed after the untimed one; each way keeps its fastest
@@ -111,6 +114,8 @@ def mini_passes(args, work, way: str) -> Callable[[], dict]:
         compile_model=way == "mini-compiled",
         attention_call_slots=(ONE_CALL if way == "mini-one-call"
                               else EngineConfig.attention_call_slots),
+        prefill_query_chunk=(ONE_CALL if way == "mini-one-call"
+                             else EngineConfig.prefill_query_chunk),
         decode_in_place=way in ("mini-eager", "mini-compiled"))
     profiled = way != "mini-compiled"      # the compiled graph runs attention inside it
     eos = eos_token_ids(args.model_path)
@@ -213,9 +218,17 @@ class Child:
                 return line[len(prefix):]
 
     def run_pass(self) -> dict:
-        self.proc.stdin.write("pass\n")
-        self.proc.stdin.flush()
-        return json.loads(self.wait_for(RESULT))
+        try:
+            self.proc.stdin.write("pass\n")
+            self.proc.stdin.flush()
+        except OSError:               # it has ended: wait_for says how, from its stderr
+            pass
+        found = self.wait_for(RESULT)
+        try:
+            return json.loads(found)
+        except json.JSONDecodeError:
+            raise ServerError(f"{self.way} printed a result that is not JSON: {found[:200]}") \
+                from None
 
     def close(self) -> None:
         """End the child (asked first, killed if it does not go) and its memory's sampling."""
@@ -268,7 +281,9 @@ def ways(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> LongContext:
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ways", type=ways, default=list(WAYS))
+    parser.add_argument("--ways", type=ways, default=DEFAULT_WAYS,
+                        help=f"comma-separated, of {', '.join(WAYS)} (default: "
+                             f"{','.join(DEFAULT_WAYS)})")
     parser.add_argument("--requests", type=cli.positive_int, default=32)
     parser.add_argument("--max-prompt", type=cli.positive_int, default=512)
     parser.add_argument("--max-output", type=cli.positive_int, default=256)
@@ -312,7 +327,8 @@ def print_table(r: LongContext) -> None:
                  [15, 7, 7, 8, 12, 10, 6])
     report.note("s: the fastest timed pass (all of them: results/long_context.json); "
                 "attention s: mini_engine's profiler, that pass, eager ways; GB: the process's "
-                "peak PSS")
+                "peak PSS, the ways' processes alive together (their shared pages split "
+                "among them)")
     by = {w.name: w.tokens_per_s for w in r.ways}
     for mine, other in (("mini-eager", "vllm-eager"), ("mini-compiled", "vllm-compiled"),
                         ("mini-eager", "mini-gather"), ("mini-eager", "mini-one-call")):

@@ -48,9 +48,10 @@ class EngineConfig:
     # a prefill's queries attend in pieces of at most this many (model.make_batch), each over
     # the context up to its own last position: SDPA computes a whole rectangle and masks what a
     # query must not see, so a prompt whole wastes about half its work, pieces of c about c/2 a
-    # row. On the long-context workload (benchmarks/long_context.py's prompts, 4 tokens out),
-    # the steps with prefill spent 2.6-2.7 s attending with prompts whole and 1.4-1.7 s in
-    # pieces of 64; 32 did as well, 48 to 256 worse (docs/measurements.md, issue 29).
+    # row (and the padding of a call's pieces to its longest). On the long-context workload
+    # (benchmarks/long_context.py's prompts, 4 tokens out), the steps with prefill spent
+    # 2.6-2.7 s attending with prompts whole and 1.4-1.7 s in pieces of 64; 32 as well in one
+    # run and 1.8 s in the next, 48 to 256 worse (docs/measurements.md, issue 29).
     prefill_query_chunk: int = 64
     # a decode step's attention in one pass of C that reads each request's pages where they are
     # (mini_engine/paged_attention.c), as vLLM's CPU kernel does, instead of a gather and SDPA.

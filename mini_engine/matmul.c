@@ -23,8 +23,9 @@
    comes from memory once. A prefill's hundreds of rows are also cut into groups of GROUP_ROWS,
    a task being one panel's group: where a layer has few panels (9 at N = 576) the threads then
    get equal shares. On the decoder layers at 1,024 rows the C took 1.00-1.03x oneDNN's time
-   with panels alone, 0.94-0.97x with groups of 48; 24 and 36 did no better
-   (docs/measurements.md). A decode step's rows are one group, as before.
+   with panels alone, 0.94-0.95x with groups of 48, 0.97x with groups of 96; 24 and 36 came
+   within a per cent of 48 (docs/measurements.md). A decode step's rows are one group, as
+   before.
 
    A group of more than one tile (7 or more rows) reads its panel from memory in its first tile
    and from the core's cache in the next ones, where memory would sit idle; so the last group of
@@ -32,8 +33,9 @@
    (prefetch into L2). All the decoder layers and the LM head, the best of seven passes taken in
    turns, ms: 8 rows 9.7 -> 9.0, 12 12.0 -> 10.4, 16 14.7 -> 12.5; 1 and 2 rows unchanged (8.2,
    8.6), where one tile is the weights' read itself and asking ahead in every tile made one row
-   3 % slower; at 1,024 rows within the noise of two builds of the same code (2-4 %)
-   (docs/measurements.md).
+   3 % slower. At 1,024 rows this build took 648-678 ms against 626-644 before, but a build of
+   it that never asks ahead took as long (656, 660): that difference is the build's, not the
+   asking (docs/measurements.md).
    ROWS 6 and COLS 4 came out best of seven shapes tried on that EPYC (6 x 4 sums, 24 of the 32
    vector registers).
 

@@ -17,8 +17,9 @@
    scattered as a pool's are. Each key a head scores therefore asks for the same head's K and V
    rows one block (16 positions) ahead, into L2 (prefetch, locality 2): spread one slot at a
    time over the block, 21 ms. Asking for the whole next block at the start of a block, 192
-   lines at once, took 37 ms, as without asking (why, not measured: this VM shows no hardware
-   counters); into L1, 29-40 ms (docs/measurements.md, issue 29).
+   lines at once, took 37 ms, without asking 42-44 (why the burst did not help more, not
+   measured: this VM shows no hardware counters); spread but into L1, 33-40 ms
+   (docs/measurements.md, issue 29).
 
    Where the head's shape is SmolLM's (3 query heads a KV head, 64 values a head) in bfloat16,
    head_block is compiled with those numbers as constants, so the compiler unrolls its loops and

@@ -150,7 +150,7 @@ def engine_settings(draw, page_size: int) -> dict:
             # batch into calls of one or a few requests (mini_engine's default keeps it whole)
             "attention_call_slots": draw(st.sampled_from([2048, 1, 12])),
             # a prefill's queries in pieces of at most this many (64, the default, cuts none of
-            # these prompts; 1 and 3 cut every one)
+            # these prompts; 1 cuts every prefill, 3 every one of 4 tokens or more)
             "prefill_query_chunk": draw(st.sampled_from([64, 1, 3]))}
 
 

@@ -19,6 +19,9 @@ neither way's memory, threads or compiled graphs are another's:
     vllm-eager      vLLM offline, enforce_eager=True (the lab's setting, the source's)
     vllm-compiled   vLLM offline, its default compilation on a CPU
 
+Prefix caching is off in both engines (mini_engine's default; vLLM's is on): each pass runs the
+same prompts, and a cache kept from the pass before would skip their prefill.
+
 The ways take turns. Each process is started and set up in turn (model loaded, kernels chosen,
 graphs compiled; one at a time, so that no set-up slows another), then waits; then each runs the
 workload once, untimed (the first pass of a process runs slower: docs/measurements.md, issue
@@ -148,7 +151,10 @@ def vllm_passes(args, work, way: str) -> Callable[[], dict]:
               max_model_len=args.max_prompt + args.max_output,
               kv_cache_memory_bytes=settings.KV_CACHE_BYTES, block_size=settings.BLOCK_SIZE,
               max_num_seqs=MAX_BATCH, max_num_batched_tokens=BUDGET,
-              enforce_eager=way == "vllm-eager")
+              enforce_eager=way == "vllm-eager",
+              # off, as in mini_engine: every pass runs the same prompts, and vLLM's cache
+              # (on by default) would keep pages of the last pass's prompts to skip them
+              enable_prefix_caching=False)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in work]
     params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n) for _, n in work]
 

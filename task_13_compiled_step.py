@@ -31,6 +31,7 @@ process (vllm_run.py), part 4's measurement (attention.py), the record and the s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import tempfile
@@ -38,7 +39,7 @@ import time
 
 import psutil
 
-from common import cli, figures, memory, report, results, settings
+from common import cli, figures, memory, report, results, settings, turns
 from lessons.task_13 import attention
 from lessons.task_13.figure import draw_step
 from lessons.task_13.record import (AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode,
@@ -151,21 +152,14 @@ def run_workload(new_engine, workload) -> tuple[list, list, float]:
 def measure(ways: dict, workload) -> dict[str, tuple[EngineMode, list[list[int]]]]:
     """Task 9's workload at once (continuous batching), then one request alone, each way: tokens/s,
     and a decode step's phases at 1 and at the cap (task 9's part 3). ways: name -> (engine
-    factory, warm-up cost). The ways take turns, pass after pass, and each keeps its fastest
-    timed pass: this machine's speed drifts over a minute (docs/measurements.md), and one way
-    measured after the other would carry the drift into their ratio. A first pass of each is not
-    timed: the first pass of a process ran slow, its matmuls too (issue 29)."""
-    for new_engine, _ in ways.values():
-        run_workload(new_engine, workload)
-    best: dict[str, tuple] = {}
-    for _ in range(TIMED_PASSES):
-        for name, (new_engine, _) in ways.items():
-            steps, seqs, seconds = run_workload(new_engine, workload)
-            if name not in best or seconds < best[name][2]:
-                best[name] = (steps, [s.output_ids for s in seqs], seconds)
+    factory, warm-up cost). The ways take turns on the workload (common/turns.py: an untimed
+    pass, then TIMED_PASSES rounds), and each keeps its fastest timed pass."""
+    passes = turns.in_turns({name: functools.partial(run_workload, new_engine, workload)
+                             for name, (new_engine, _) in ways.items()}, TIMED_PASSES)
     found = {}
     for name, (new_engine, warm) in ways.items():
-        steps, tokens, seconds = best[name]
+        steps, seqs, seconds = min(passes[name], key=lambda found_pass: found_pass[2])
+        tokens = [s.output_ids for s in seqs]
         num_tokens = sum(len(t) for t in tokens)
         split = profile.phase_split(new_engine(), workload[0].prompt_ids, steps)
         found[name] = (EngineMode(*warm, split, num_tokens / seconds, num_tokens, seconds), tokens)

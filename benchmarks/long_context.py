@@ -24,10 +24,9 @@ same prompts, and a cache kept from the pass before would skip their prefill.
 
 The ways take turns. Each process is started and set up in turn (model loaded, kernels chosen,
 graphs compiled; one at a time, so that no set-up slows another), then waits; then each runs the
-workload once, untimed (the first pass of a process runs slower: docs/measurements.md, issue
-29), then TIMED_PASSES rounds in which every way runs it once more, one way at a time. Each way
-keeps its fastest timed pass. This machine's speed drifts by a fifth within minutes, so ways
-timed one after the other, as this benchmark once did, measured the hour as much as the engine
+workload once, untimed, then TIMED_PASSES rounds in which every way runs it once more, one way
+at a time (common/turns.py says why). Each way keeps its fastest timed pass. Ways timed one
+after the other, as this benchmark once did, measured the hour as much as the engine
 (mini-compiled came out 0.92x mini-eager in one such run; a pass of each in one process right
 after, 1.06x). mini_engine's eager ways also time attention with task 9's profiler. The ways'
 processes are all alive together: about 5.5 GB for the default four, more than the lab's 3.5 GB
@@ -55,7 +54,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import cli, memory, report, results, settings  # noqa: E402
+from common import cli, memory, report, results, settings, turns  # noqa: E402
 from common.server import ServerError  # noqa: E402
 from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a call)
 
@@ -192,8 +191,7 @@ class Child:
                args.model_path, "--dtype", args.dtype, "--requests", str(args.requests),
                "--max-prompt", str(args.max_prompt), "--max-output", str(args.max_output)]
         # the vLLM eager child sets TORCHDYNAMO_DISABLE itself; the others must not inherit it
-        env = {k: v for k, v in os.environ.items() if k != "TORCHDYNAMO_DISABLE"}
-        env["VLLM_LOGGING_LEVEL"] = "ERROR"
+        env = memory.child_env(unset=("TORCHDYNAMO_DISABLE",))
         self.way, self.err = way, tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.err, text=True, env=env,
@@ -201,7 +199,6 @@ class Child:
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.peak = memory.PeakMemory(self.proc.pid).start()
-        self.result: Way | None = None
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -249,22 +246,18 @@ class Child:
 
 
 def take_turns(args, progress) -> list[Way]:
-    """Every way set up in turn, then an untimed round and TIMED_PASSES timed ones, a pass of
-    each way after another's; each way's fastest timed pass, with all its timed passes."""
+    """Every way set up in turn, then its passes taking turns with the others' (common/turns.py);
+    each way's fastest timed pass, with all its timed passes."""
     children: list[Child] = []
     try:
         for way in args.ways:
             progress(f"{way}: setting up, in a fresh process...")
             children.append(Child(args, way))
             children[-1].wait_for(READY)
-        passes: dict[str, list[dict]] = {c.way: [] for c in children}
-        for turn in range(TIMED_PASSES + 1):
-            for c in children:
-                progress(f"{c.way}: pass {turn + 1} of {TIMED_PASSES + 1}"
-                         + (" (untimed)" if turn == 0 else ""))
-                found = c.run_pass()
-                if turn:
-                    passes[c.way].append(found)
+        passes = turns.in_turns(
+            {c.way: c.run_pass for c in children}, TIMED_PASSES,
+            lambda way, round_: progress(f"{way}: pass {round_ + 1} of {TIMED_PASSES + 1}"
+                                         + (" (untimed)" if round_ == 0 else "")))
     finally:
         for c in children:
             c.close()

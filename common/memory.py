@@ -98,6 +98,14 @@ def give_memory_back() -> None:
         pass
 
 
+def child_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment of a child of ours that runs vLLM or mini_engine: this one's, less the
+    variables it must not inherit, with vLLM's log held to its errors."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["VLLM_LOGGING_LEVEL"] = "ERROR"
+    return env
+
+
 def run_measured(what: str, args: list[str], timeout_s: float,
                  unset: tuple[str, ...] = ()) -> tuple[dict, int]:
     """`python <args>` in a fresh process of ours, its memory sampled while it runs (task 13's
@@ -108,10 +116,8 @@ def run_measured(what: str, args: list[str], timeout_s: float,
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    env["VLLM_LOGGING_LEVEL"] = "ERROR"
     proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
+                            stderr=subprocess.PIPE, text=True, env=child_env(unset),
                             cwd=server.settings.REPO_DIR)
     try:
         with PeakMemory(proc.pid) as peak:

@@ -102,6 +102,14 @@ static inline __attribute__((always_inline)) void tile(const int R, const int C,
     default: tile(6, C, A, xr, K, packed, block, yr, N, ahead, na); break; \
     }
 
+#define TILE_COLS(A) \
+    switch (cols) { \
+    case 4: TILE_ROWS(4, A) break; \
+    case 3: TILE_ROWS(3, A) break; \
+    case 2: TILE_ROWS(2, A) break; \
+    default: TILE_ROWS(1, A) break; \
+    }
+
 int matmul_bf16_supported(void) { return 1; }
 
 void matmul_bf16(const uint16_t *x, int64_t M, int64_t K, const uint16_t *packed, int64_t N,
@@ -123,21 +131,7 @@ void matmul_bf16(const uint16_t *x, int64_t M, int64_t K, const uint16_t *packed
             int rows = end - r0 < ROWS ? (int)(end - r0) : ROWS;
             const uint16_t *xr = x + r0 * K;
             uint16_t *yr = y + r0 * N;
-            if (na) {
-                switch (cols) {
-                case 4: TILE_ROWS(4, 1) break;
-                case 3: TILE_ROWS(3, 1) break;
-                case 2: TILE_ROWS(2, 1) break;
-                default: TILE_ROWS(1, 1) break;
-                }
-            } else {
-                switch (cols) {
-                case 4: TILE_ROWS(4, 0) break;
-                case 3: TILE_ROWS(3, 0) break;
-                case 2: TILE_ROWS(2, 0) break;
-                default: TILE_ROWS(1, 0) break;
-                }
-            }
+            if (na) { TILE_COLS(1) } else { TILE_COLS(0) }
         }
     }
 }

@@ -45,7 +45,8 @@ class EngineConfig:
     # above the best cap in each case measured, bf16 and fp32 (docs/measurements.md, issue 29);
     # at the lab's short contexts the whole decode batch stays one call.
     attention_call_slots: int = 2048
-    # a prefill's queries attend in pieces of at most this many (model.make_batch), each over
+    # gathered (prefill_in_place off, or where the C cannot run, below), a prefill's queries
+    # attend in pieces of at most this many (model.make_batch), each over
     # the context up to its own last position: SDPA computes a whole rectangle and masks what a
     # query must not see, so a prompt whole wastes about half its work, pieces of c about c/2 a
     # row (and the padding of a call's pieces to its longest). On the long-context workload
@@ -55,8 +56,14 @@ class EngineConfig:
     prefill_query_chunk: int = 64
     # a decode step's attention in one pass of C that reads each request's pages where they are
     # (mini_engine/paged_attention.c), as vLLM's CPU kernel does, instead of a gather and SDPA.
-    # Where it cannot be built, or the cache is in 8 bits, decode groups gather as prefill does.
+    # Where it cannot be built, the model's shapes are past its limits, or the cache is in 8
+    # bits, decode groups gather as prefill does.
     decode_in_place: bool = True
+    # with decode_in_place, a prefill's rows (a chunk's, a guess's) attend in the same pass of C,
+    # each over its context up to its own position; off, they gather and attend with SDPA in
+    # pieces (prefill_query_chunk). At 16 prompts of 11 tokens the C took 0.28x SDPA's time, at
+    # prompts of 256 to 512 0.83-1.02x (docs/measurements.md, issue 29).
+    prefill_in_place: bool = True
     # task 14: K and V stored in 8 bits (mini_engine/kv_quant.py): "auto" (the model's dtype),
     # "fp8" (e4m3) or "fp8_e5m2", vLLM's names; and where their scales live, "layer" (one a
     # layer, 1.0: vLLM's without calibration) or "token" (one a token, K/V and head)

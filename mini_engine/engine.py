@@ -35,7 +35,7 @@ import torch
 from mini_engine.block_manager import BlockManager, cdiv
 from mini_engine.config import EngineConfig
 from mini_engine import kv_quant
-from mini_engine.model import Llama, RequestChunk, make_batch
+from mini_engine.model import Llama, RequestChunk, in_place_takes, make_batch
 from mini_engine.profiler import NoProfiler, StepProfiler
 from mini_engine.sampler import Sampler
 from mini_engine.scheduler import Scheduler
@@ -80,6 +80,11 @@ class LLMEngine:
             from mini_engine.compiled import CompiledForward   # imports torch's compiler
             self.compiled = CompiledForward(model)
         self.forward = self.compiled.forward if self.compiled else model.forward
+        # task 13: attention in C, reading the pages in place, where it takes the model and the
+        # pool is not in 8 bits (an 8-bit pool is read back by its own gather: kv_quant.py)
+        self.in_place = (config.decode_in_place and config.kv_cache_dtype == "auto"
+                         and in_place_takes(model.dtype, model.num_heads, model.num_kv_heads,
+                                            model.head_dim))
         self.block_manager = BlockManager(self.num_pages, page_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.sampler = Sampler(eos_ids, config.seed)
@@ -108,9 +113,9 @@ class LLMEngine:
         if self.compiled is None:
             return None
         page_size, scratch_page = self.config.page_size, self.num_pages
-        batches = [make_batch([RequestChunk(list(range(n)), 0, [scratch_page] * cdiv(n, page_size),
-                                            self.scratch_slot)],
-                              page_size, self.model.heads_per_kv, self.model.dtype)
+        batches = [self.batch_of([RequestChunk(list(range(n)), 0,
+                                               [scratch_page] * cdiv(n, page_size),
+                                               self.scratch_slot)])
                    for n in (1, 2)]
         with torch.inference_mode():
             return self.compiled.warm_up(batches, self.kv_cache)
@@ -169,16 +174,19 @@ class LLMEngine:
             num_logits = 1 + len(s.spec_token_ids) if end == s.num_tokens else 0
             chunks.append(RequestChunk(s.token_ids[s.num_cached:end] + s.spec_token_ids,
                                        s.num_cached, s.page_table, num_logits=num_logits))
-        c = self.config
-        batch = make_batch(chunks, c.page_size, self.model.heads_per_kv, self.model.dtype,
-                           c.attention_call_slots,
-                           in_place=c.decode_in_place and c.kv_cache_dtype == "auto",
-                           query_chunk=c.prefill_query_chunk)
+        batch = self.batch_of(chunks)
         logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)
         self.profiler.mark("sampled")
         return batch.num_rows, new_ids
+
+    def batch_of(self, chunks: list[RequestChunk]):
+        """The forward's inputs for these chunks, attending as this engine's settings say."""
+        c = self.config
+        return make_batch(chunks, c.page_size, self.model.heads_per_kv, self.model.dtype,
+                          c.attention_call_slots, in_place=self.in_place,
+                          query_chunk=c.prefill_query_chunk, prefill_in_place=c.prefill_in_place)
 
     def sample(self, seqs: list[Sequence], chunks: list[RequestChunk], logits: torch.Tensor
                ) -> list[list[int]]:

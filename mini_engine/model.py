@@ -5,11 +5,12 @@ the linear layers run on all of them at once. Only attention needs to know which
 belongs to. Its K and V go into a pool of pages, [num_pages, page_size, 2 (K, V), kv_heads,
 head_dim] per layer, through the slot mapping (vLLM's reshape_and_cache); each request then reads
 its context back through its page table (vLLM's block table) and attends to it under a causal
-mask. Requests decoding one token and requests prefilling several attend apart, as vLLM's
-attention backends split decode from prefill: a decode step pads no query. A decode group
-attends in one pass of C that reads each request's pages where they are (paged_attention.c,
-EngineConfig.decode_in_place), as vLLM's CPU kernel does; a prefill group, a decode group where
-the C cannot be built, or one whose pool is in 8 bits, gathers its context and attends with
+mask. Every row of a step attends in one pass of C that reads each request's pages where they
+are (paged_attention.c, EngineConfig.decode_in_place and prefill_in_place), as vLLM's CPU kernel
+does: each row one query over its context up to its own position. Where the C cannot be built,
+where the model's shapes are past its limits, or where the pool is in 8 bits, requests decoding
+one token and requests prefilling several attend apart, as vLLM's attention backends split
+decode from prefill (a decode step pads no query), each gathering its context and attending with
 torch's SDPA, in calls of a bounded size (split_by_context). The pools
 are not the model's: whoever runs it allocates them and hands them to forward, as vLLM's model
 runner (nano-vllm's ModelRunner.allocate_kv_cache) keeps the KV cache beside the model, not in
@@ -71,20 +72,26 @@ class GroupMember(NamedTuple):
 @dataclass
 class Group:
     """Requests that attend together: B requests of at most Q new tokens each, over contexts of at
-    most L tokens. Decoding requests (Q = 1) attend apart from prefilling ones, each kind in
-    groups of a bounded number of padded context slots (split_by_context)."""
+    most L tokens. In place (in_place_group), every row of a step in one group, each over its own
+    context, nothing padded. Gathered (make_group), decoding requests (Q = 1) attend apart from
+    prefilling ones, each kind in groups of a bounded number of padded context slots
+    (split_by_context)."""
     query_rows: torch.Tensor     # (B*Q,) row of each request's q-th new token (a shorter request
-                                 # repeats its last row; those queries are computed, then dropped)
+                                 # repeats its last row; those queries are computed, then
+                                 # dropped); in place: (n,) the rows, in order
     context_slots: torch.Tensor  # (B*L,) pool slot of each request's context position
-    mask: torch.Tensor           # (B, 1, G*Q, L) additive, one copy per query head of a KV head:
+    mask: torch.Tensor | None    # (B, 1, G*Q, L) additive, one copy per query head of a KV head:
                                  # 0 where the query at position p sees context position <= p
     valid: torch.Tensor | None   # (n,) which of the B*Q queries are real (None: all of them)
     out_rows: torch.Tensor       # (n,) the row each real query's output goes to
     num_requests: int
     num_queries: int
     context_len: int
-    context_lens: torch.Tensor   # (B,) each request's own context length (L is the longest)
-    in_place: bool = False       # a decode group that attends in paged_attention.c
+    context_lens: torch.Tensor   # (B,) each request's own context length (L is the longest);
+                                 # in place: (n,) each row's, its own position + 1
+    in_place: bool = False       # every row of it attends in paged_attention.c: query_rows and
+                                 # out_rows are its rows, in order; no mask, nothing padded
+    requests: torch.Tensor | None = None   # in place: (n,) each row's request, its slots' row
 
 
 @dataclass
@@ -99,18 +106,27 @@ class Batch:
     num_rows: int
 
 
-def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
-               dtype: torch.dtype, in_place: bool = False) -> Group:
-    starts = torch.tensor([m.first_row for m in members])
-    lengths = torch.tensor([m.num_queries for m in members])
-    first_pos = torch.tensor([m.start_pos for m in members])
-    num_q, num_ctx = int(lengths.max()), int((first_pos + lengths).max())
+def context_slots(members: list[GroupMember], page_size: int, num_ctx: int) -> torch.Tensor:
+    """(B, L): the pool slot of each request's context positions 0..L-1 (past a request's own
+    context, a slot of its pages or page 0's: read by no query)."""
     # slot of context position p = page_table[p // page_size] * page_size + p % page_size
     num_pages = max(len(m.page_table) for m in members)
     tables = torch.tensor([m.page_table + [0] * (num_pages - len(m.page_table)) for m in members])
     ctx_pos = torch.arange(num_ctx)
     ctx_pages = torch.clamp(ctx_pos // page_size, max=num_pages - 1)
-    context_slots = tables[:, ctx_pages] * page_size + ctx_pos % page_size           # (B, L)
+    return tables[:, ctx_pages] * page_size + ctx_pos % page_size
+
+
+def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
+               dtype: torch.dtype) -> Group:
+    """A call of SDPA over gathered pages: the members' queries padded to the longest, their
+    contexts to the longest, a mask for both."""
+    starts = torch.tensor([m.first_row for m in members])
+    lengths = torch.tensor([m.num_queries for m in members])
+    first_pos = torch.tensor([m.start_pos for m in members])
+    num_q, num_ctx = int(lengths.max()), int((first_pos + lengths).max())
+    slots = context_slots(members, page_size, num_ctx)                              # (B, L)
+    ctx_pos = torch.arange(num_ctx)
     q_idx = torch.arange(num_q)
     valid = q_idx[None, :] < lengths[:, None]                                        # (B, Q)
     q_off = torch.minimum(q_idx[None, :], lengths[:, None] - 1)
@@ -120,10 +136,23 @@ def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
     mask = mask.repeat(1, heads_per_kv, 1)[:, None]                        # (B, 1, G*Q, L)
     rows = starts[:, None] + q_off
     all_valid = bool(valid.all())
-    return Group(rows.flatten(), context_slots.flatten(), mask,
+    return Group(rows.flatten(), slots.flatten(), mask,
                  None if all_valid else valid.flatten().nonzero().squeeze(1),
-                 rows[valid], len(members), num_q, num_ctx, first_pos + lengths,
-                 in_place and num_q == 1)
+                 rows[valid], len(members), num_q, num_ctx, first_pos + lengths)
+
+
+def in_place_group(members: list[GroupMember], page_size: int) -> Group:
+    """Every row of these requests for paged_attention.c, in the members' order: each row a
+    query over its own request's context up to its own position. A row's context length is
+    where it stops, so nothing is padded or masked, and a prefill is causal by its lengths."""
+    counts = torch.tensor([m.num_queries for m in members])
+    num_ctx = max(m.start_pos + m.num_queries for m in members)
+    rows = torch.cat([torch.arange(m.first_row, m.first_row + m.num_queries) for m in members])
+    lens = torch.cat([torch.arange(m.start_pos + 1, m.start_pos + m.num_queries + 1)
+                      for m in members])
+    return Group(rows, context_slots(members, page_size, num_ctx).flatten(), None, None, rows,
+                 len(members), int(counts.max()), num_ctx, lens, in_place=True,
+                 requests=torch.repeat_interleave(torch.arange(len(members)), counts))
 
 
 def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[GroupMember]]:
@@ -145,33 +174,39 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
                dtype: torch.dtype = torch.float32,
                call_slots: int = EngineConfig.attention_call_slots,
                in_place: bool = EngineConfig.decode_in_place,
-               query_chunk: int = EngineConfig.prefill_query_chunk) -> Batch:
+               query_chunk: int = EngineConfig.prefill_query_chunk,
+               prefill_in_place: bool = EngineConfig.prefill_in_place) -> Batch:
     """Every request's chunk as rows of one batch, its K/V slots, and its attention groups.
-    in_place: the decode requests attend in one group, in paged_attention.c, not cut into calls
-    (it pads nothing). Where the library could not be built, they are cut into calls of at most
-    call_slots, as prefill groups always are; where attention() meets a case the C does not take
-    (its limits, a pool in 8 bits: the engine asks for no in-place group then), it gathers the
-    whole group in one call. query_chunk: a prefill's queries go into pieces of at most this many,
-    each a member of its own, over the context up to its last position (why: config.py)."""
-    rows_ids, rows_pos, rows_slot, decode, prefill = [], [], [], [], []
+    in_place: the decode requests attend in paged_attention.c, in one group (it pads nothing, so
+    the group is not cut into calls); with prefill_in_place, every row does, all in one group in
+    the rows' order. The caller asks for it only where the C takes the model (in_place_takes)
+    and the pool is not in 8 bits. Where the library could not be built, decode requests are cut
+    into calls of at most call_slots, as prefill requests always are when they gather.
+    query_chunk: a gathered prefill's queries go into pieces of at most this many, each a member
+    of its own, over the context up to its last position (why: config.py)."""
+    rows_ids, rows_pos, rows_slot, members = [], [], [], []
     for chunk in chunks:
-        n = len(chunk.token_ids)
-        if n == 1:
-            decode.append(GroupMember(len(rows_ids), 1, chunk.start_pos, chunk.page_table))
-        for q in range(0, n if n > 1 else 0, query_chunk):    # a prefill's queries in pieces
-            prefill.append(GroupMember(len(rows_ids) + q, min(query_chunk, n - q),
-                                       chunk.start_pos + q, chunk.page_table))
+        members.append(GroupMember(len(rows_ids), len(chunk.token_ids), chunk.start_pos,
+                                   chunk.page_table))
         rows_ids += chunk.token_ids
         for pos in range(chunk.start_pos, chunk.start_pos + len(chunk.token_ids)):
             rows_pos.append(pos)
             rows_slot.append(chunk.page_table[pos // page_size] * page_size + pos % page_size
                              if chunk.write_slot is None else chunk.write_slot)
-    in_place = in_place and decode_kernel() is not None
-    # the C reads no padding, so its group need not be cut; SDPA's calls are bounded
-    groups = [make_group(part, page_size, heads_per_kv, dtype, in_place and members is decode)
-              for members in (decode, prefill)
-              for part in split_by_context(members, 1 << 62 if in_place and members is decode
-                                           else call_slots)]
+    in_place = in_place and in_place_kernel() is not None
+    if in_place and prefill_in_place:
+        groups = [in_place_group(members, page_size)] if members else []
+    else:
+        decode = [m for m in members if m.num_queries == 1]
+        prefill = [GroupMember(m.first_row + q, min(query_chunk, m.num_queries - q),
+                               m.start_pos + q, m.page_table)    # a prefill's queries in pieces
+                   for m in members if m.num_queries > 1
+                   for q in range(0, m.num_queries, query_chunk)]
+        groups = ([in_place_group(decode, page_size)] if in_place and decode else
+                  [make_group(part, page_size, heads_per_kv, dtype)
+                   for part in split_by_context(decode, call_slots)])
+        groups += [make_group(part, page_size, heads_per_kv, dtype)
+                   for part in split_by_context(prefill, call_slots)]
     ends = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0).tolist()
     logit_rows = torch.tensor([row for c, end in zip(chunks, ends)
                                for row in range(end - c.num_logits, end)], dtype=torch.long)
@@ -179,36 +214,46 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
                  groups, logit_rows, len(rows_ids))
 
 
-# --- decode attention in one pass of C (paged_attention.c) ------------------------------------
+# --- attention in one pass of C (paged_attention.c) -------------------------------------------
 @functools.cache
-def decode_kernel():
-    """paged_attention.c's paged_decode_attention, built for this machine (native.py), or None
-    where it cannot be: decode groups then gather and attend with SDPA like prefill groups."""
+def in_place_kernel():
+    """paged_attention.c's paged_attention, built for this machine (native.py), or None where it
+    cannot be: every group then gathers and attends with SDPA."""
     loaded = native.library("paged_attention.c")
     if loaded is None:
         return None
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    kernel = loaded.paged_decode_attention
-    kernel.argtypes = [p, i64, p, p, p, i64, p, i64, i64, i64, i64, ctypes.c_float, i32, p, i32]
+    kernel = loaded.paged_attention
+    kernel.argtypes = [p, i64, p, p, p, p, i64, p, i64, i64, i64, i64, ctypes.c_float, i32, p,
+                       i32]
     kernel.restype = None
     return kernel
 
 
+def in_place_takes(dtype: torch.dtype, num_heads: int, num_kv_heads: int, head_dim: int) -> bool:
+    """Whether paged_attention.c takes a model of this dtype and these heads (its limits)."""
+    return (in_place_kernel() is not None and dtype in (torch.float32, torch.bfloat16)
+            and head_dim % 16 == 0 and head_dim <= 128 and num_heads // num_kv_heads <= 8
+            and num_kv_heads <= 16)
+
+
 def attend_in_place(q: torch.Tensor, g: Group, pool: torch.Tensor, num_kv_heads: int
-                    ) -> torch.Tensor | None:
-    """(B, H*D): each decode request's query (a row of q, (T, H, D)) over its context, read from
-    the pool (kv_cache_shape) where it is; None where the C does not take this case (its
-    limits: paged_attention.c), and the caller gathers instead."""
-    kernel, (B, (_, H, D)) = decode_kernel(), (g.num_requests, q.shape)
-    if (kernel is None or q.dtype not in (torch.float32, torch.bfloat16) or pool.dtype != q.dtype
-            or D % 16 or D > 128 or H // num_kv_heads > 8 or num_kv_heads > 16
+                    ) -> torch.Tensor:
+    """(n, H*D): each row's query (a row of q, (T, H, D)) over its request's context up to its
+    own position, read from the pool (kv_cache_shape) where it is."""
+    _, H, D = q.shape
+    if (isinstance(pool, QuantizedPool) or not in_place_takes(q.dtype, H, num_kv_heads, D)
+            or pool.dtype != q.dtype
             or q.stride(-1) != 1 or q.stride(-2) != D or not pool.is_contiguous()):
-        return None
-    out = q.new_empty(B, H * D)
-    kernel(q.data_ptr(), q.stride(0), g.query_rows.data_ptr(), pool.data_ptr(),
-           g.context_slots.data_ptr(), g.context_len, g.context_lens.data_ptr(), B,
-           num_kv_heads, H // num_kv_heads, D, D ** -0.5, int(q.dtype == torch.bfloat16),
-           out.data_ptr(), torch.get_num_threads())
+        raise ValueError(f"paged_attention.c does not take q {tuple(q.shape)} {q.dtype} over "
+                         f"this pool ({type(pool).__name__}): make the batch with "
+                         "in_place=False")
+    n = len(g.query_rows)
+    out = q.new_empty(n, H * D)
+    in_place_kernel()(q.data_ptr(), q.stride(0), g.query_rows.data_ptr(), g.requests.data_ptr(),
+                      pool.data_ptr(), g.context_slots.data_ptr(), g.context_len,
+                      g.context_lens.data_ptr(), n, num_kv_heads, H // num_kv_heads, D, D ** -0.5,
+                      int(q.dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads())
     return out
 
 
@@ -375,10 +420,8 @@ class Llama:
             read = lambda slots: pool.index_select(0, slots)     # noqa: E731
         outs = []
         for g in batch.groups:
-            in_place = (attend_in_place(q, g, kv_cache, KVH)
-                        if g.in_place and not isinstance(kv_cache, QuantizedPool) else None)
-            if in_place is not None:                    # a decode group, pages read in place
-                outs.append(in_place)
+            if g.in_place:                              # pages read in place, in C
+                outs.append(attend_in_place(q, g, kv_cache, KVH))
                 continue
             B, Q, L, G = g.num_requests, g.num_queries, g.context_len, H // KVH
             kv = read(g.context_slots).view(B, L, 2, KVH, D)           # through page tables

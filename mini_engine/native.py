@@ -1,5 +1,5 @@
 """mini_engine's C, built for this machine the first time it is needed: the 8-bit KV cache's
-write and read (kv_quant.c, task 14), decode attention over the paged pool (paged_attention.c,
+write and read (kv_quant.c, task 14), attention over the paged pool (paged_attention.c,
 task 13) and a linear layer's product for a step's few rows (matmul.c, task 13). Each is a few
 dozen lines that do in one pass what torch does in several, or faster at a decode step's shapes;
 each has a torch path where no C compiler is found (matmul.c: the other kernels of linear.py),

@@ -1,16 +1,20 @@
-/* Decode attention that reads the pages where they are (task 13; mini_engine/model.py calls it
-   through native.py, for the decode groups of a step, and keeps torch's SDPA over gathered pages
-   for everything else and wherever this cannot be built).
+/* Attention that reads the pages where they are (task 13; mini_engine/model.py calls it through
+   native.py for every row of a step, a decode's one query and a prefill's many alike, and keeps
+   torch's SDPA over gathered pages wherever this cannot be built).
 
-   A decode step's attention is each request's one new query against its whole context. The
-   torch way is a gather: every context position's K and V copied from its page into a new
+   The torch way is a gather: every context position's K and V copied from its page into a new
    tensor, the contexts of a call padded to its longest, then SDPA over the copy with a mask for
-   the padding. Here a task (a request, on one of torch's threads) walks its context in blocks
-   of 16 positions, through its slots, and for each KV head: scores the 16 keys against the
-   query heads that share the head, keeps a running softmax (its maximum and total so far, the
-   sum so far rescaled when the maximum grows: "online softmax", as flash attention and vLLM's
-   kernels do), and adds in the 16 V rows with their weights. Nothing is copied or padded, so a
-   request of 20 tokens costs 20 tokens beside one of 1,000.
+   the padding and for what a prefill's query must not see. Here each row of the step is one
+   query against its own request's context up to its own position (so a prefill is causal by its
+   lengths, not by a mask): a task (a row, on one of torch's threads) walks that context in
+   blocks of 16 positions, through its request's slots, and for each KV head: scores the 16 keys
+   against the query heads that share the head, keeps a running softmax (its maximum and total
+   so far, the sum so far rescaled when the maximum grows: "online softmax", as flash attention
+   and vLLM's kernels do), and adds in the 16 V rows with their weights. Nothing is copied,
+   padded or masked, so a request of 20 tokens costs 20 tokens beside one of 1,000. A prefill's
+   rows each read the same keys again, from the core's cache by then: against SDPA over a
+   gather in pieces of 64, this took 0.83-1.02x the time at 1 to 4 prompts of 256 to 512 tokens
+   and 0.28x at 16 prompts of 11 (docs/measurements.md, issue 29).
 
    Reading the pages is half the work: at 16 requests of 1,024 tokens, the kernel took 15 ms
    when every slot pointed at one page (all of it in the core's cache) and 37 ms over pages
@@ -38,10 +42,11 @@
    its neighbours.
 
    q        (rows, heads, dim) float32 or bfloat16 (in_bf16), a row every q_row values
-   rows     (n,) the row of each request's query
+   rows     (n,) the rows of q that attend, one query each
+   req      (n,) the request of each: its row of slots
    pool     (slots, 2 (K, V), kv_heads, dim), the dtype of q
-   slots    (n, max_len) each request's context, position by position
-   lens     (n,) each request's context length: positions [0, lens[i]) are attended
+   slots    (requests, max_len) each request's context, position by position
+   lens     (n,) how far each row attends: positions [0, lens[i]) of its request's context
    out      (n, heads * dim), the dtype of q, heads in the model's order (KV head by KV head)
    Limits, checked by model.py before it calls: dim a multiple of 16 and at most 128, at most 8
    query heads a KV head and 16 KV heads. */
@@ -207,20 +212,20 @@ static inline __attribute__((always_inline)) void head_block(Head *hd, const Sha
         for (int64_t c = 0; c < CH; c++) hd->acc[g][c] = acc[g][c];
 }
 
-void paged_decode_attention(const void *q, int64_t q_row, const int64_t *rows, const void *pool,
-                            const int64_t *slots, int64_t max_len, const int64_t *lens, int64_t n,
-                            int64_t kv_heads, int64_t group, int64_t dim, float scale,
-                            int in_bf16, void *out, int threads) {
+void paged_attention(const void *q, int64_t q_row, const int64_t *rows, const int64_t *req,
+                     const void *pool, const int64_t *slots, int64_t max_len, const int64_t *lens,
+                     int64_t n, int64_t kv_heads, int64_t group, int64_t dim, float scale,
+                     int in_bf16, void *out, int threads) {
     const int64_t width = in_bf16 ? 2 : 4;
     const Shape t = {(const char *)pool, 2 * kv_heads * dim * width, group, dim / LANES, kv_heads,
                      in_bf16};
-    /* a task is a request, all its KV heads: each slot's row is read whole, block by block. With
-       fewer requests than threads, a task is one KV head of a request instead. */
+    /* a task is a row, all its KV heads: each slot's row is read whole, block by block. With
+       fewer rows than threads, a task is one KV head of a row instead. */
     const int64_t per = n >= threads ? kv_heads : 1, tasks = n * (kv_heads / per);
     #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; task++) {
         const int64_t i = task / (kv_heads / per), h0 = task % (kv_heads / per) * per;
-        const int64_t len = lens[i], *sl = slots + i * max_len;
+        const int64_t len = lens[i], *sl = slots + req[i] * max_len;
         Head hd[MAX_KV_HEADS];
         for (int64_t h = h0; h < h0 + per; h++) {
             const char *qrow = (const char *)q + (rows[i] * q_row + h * group * dim) * width;

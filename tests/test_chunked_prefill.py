@@ -195,10 +195,12 @@ def garbage(eng: LLMEngine) -> None:
         pool.copy_(torch.randn(pool.shape, generator=gen) * 100)
 
 
-def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama):
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama, in_place):
     """A 20-token prompt in chunks of 8, 8 and 4 through the model itself, its pool full of
     garbage: each chunk's queries see exactly the positions written so far (the chunk's own rows
-    included, each up to its position), and the last logits equal the prompt computed in one go."""
+    included, each up to its position: in place, each row's context length; gathered, the mask),
+    and the last logits equal the prompt computed in one go."""
     ids, table = tokens(100, 20), [3, 1, 4, 0, 2]
 
     def logits(chunks):
@@ -209,11 +211,15 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama
         for start, end in chunks:
             batch = make_batch([RequestChunk(ids[start:end], start, table,
                                              num_logits=int(end == len(ids)))], PAGE,
-                               tiny_llama.heads_per_kv, tiny_llama.dtype)
+                               tiny_llama.heads_per_kv, tiny_llama.dtype, in_place=in_place)
             (group,) = batch.groups
+            assert group.in_place == in_place
             assert group.context_len == end        # the context ends at the chunk's last token
-            sees = group.mask[0, 0, :end - start] == 0   # (queries, context) of one query head
-            assert sees.tolist() == [[p <= q for p in range(end)] for q in range(start, end)]
+            if in_place:                           # row q sees positions 0..q
+                assert group.context_lens.tolist() == list(range(start + 1, end + 1))
+            else:
+                sees = group.mask[0, 0, :end - start] == 0   # (queries, context), a query head
+                assert sees.tolist() == [[p <= q for p in range(end)] for q in range(start, end)]
             out = tiny_llama.forward(batch, kv_cache)
             assert out.shape[0] == (1 if end == len(ids) else 0)   # no logits mid-prompt
         return out

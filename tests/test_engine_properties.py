@@ -151,7 +151,10 @@ def engine_settings(draw, page_size: int) -> dict:
             "attention_call_slots": draw(st.sampled_from([2048, 1, 12])),
             # a prefill's queries in pieces of at most this many (64, the default, cuts none of
             # these prompts; 1 cuts every prefill, 3 every one of 4 tokens or more)
-            "prefill_query_chunk": draw(st.sampled_from([64, 1, 3]))}
+            "prefill_query_chunk": draw(st.sampled_from([64, 1, 3])),
+            # issue 29: which rows attend in paged_attention.c, reading the pages in place:
+            # every row (the default), decode rows only, or none (all of them gathered)
+            "in_place": draw(st.sampled_from([(True, True), (True, False), (False, False)]))}
 
 
 @st.composite
@@ -243,6 +246,7 @@ def test_scheduler_invariants(tiny_llama, case):
         compile_model=case["compile_model"],
         attention_call_slots=case["attention_call_slots"],
         prefill_query_chunk=case["prefill_query_chunk"], kv_cache_dtype=case["kv"][0],
+        decode_in_place=case["in_place"][0], prefill_in_place=case["in_place"][1],
         kv_scale=case["kv"][1]))
     eng.warm_up()
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
@@ -428,6 +432,7 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         prompt_lookup_max=case["n"][1], compile_model=case["compile_model"],
         attention_call_slots=case["attention_call_slots"],
         prefill_query_chunk=case["prefill_query_chunk"], kv_cache_dtype=case["kv"][0],
+        decode_in_place=case["in_place"][0], prefill_in_place=case["in_place"][1],
         kv_scale=case["kv"][1]))
     eng.warm_up()
     proposer = NgramProposer(case["k"], *case["n"])

@@ -1,10 +1,10 @@
-"""mini_engine's decode attention in one pass of C (task 13, mini_engine/paged_attention.c): the
-same output as gathering the pages and attending with torch's SDPA, within float32's rounding,
-on contexts of every length around its blocks of 16 (so its running softmax is rescaled many
-times over); each request's output the same bits whatever else is in the batch; the cases it
-leaves to SDPA; and, on the tiny model, the engine's greedy tokens the same either way. The
-engine's other tests (test_engine.py against transformers, the property searches) run with it on,
-as it is by default."""
+"""mini_engine's attention in one pass of C (task 13, mini_engine/paged_attention.c): the same
+output as gathering the pages and attending with torch's SDPA, within float32's rounding, for
+decode rows on contexts of every length around its blocks of 16 (so its running softmax is
+rescaled many times over) and for prefill rows, fresh and continued; each request's output the
+same bits whatever else is in the batch; the cases it leaves to SDPA; and, on the tiny model, the
+engine's greedy tokens the same every way. The engine's other tests (test_engine.py against
+transformers, the property searches) run with it on, as it is by default."""
 from __future__ import annotations
 
 import random
@@ -52,7 +52,7 @@ def test_in_place_gives_sdpas_output(dtype, tolerance, heads, kv_heads, dim):
     """The C against the gather and SDPA, every request at once: the largest difference within
     float32's rounding in float32 (a few units in the sixth digit, as SDPA's own blocks add in
     their own order), and within bfloat16's last bit in bfloat16 (both round once at the end)."""
-    assert model_mod.decode_kernel() is not None, "this machine has a C compiler: it is built"
+    assert model_mod.in_place_kernel() is not None, "this machine has a C compiler: it is built"
     q, k, v, pool, _, batches = decode_step(LENGTHS, heads, kv_heads, dim, dtype)
     assert [g.in_place for g in batches[True].groups] == [True]
     assert not any(g.in_place for g in batches[False].groups)
@@ -86,7 +86,7 @@ def test_where_the_c_cannot_run_the_group_gathers(monkeypatch):
     as before, and attention is the gather's and SDPA's, bit for bit."""
     q, k, v, pool, chunks, batches = decode_step(LENGTHS, 9, 3, 64, torch.float32)
     shape = dict(num_heads=9, num_kv_heads=3, head_dim=64)
-    monkeypatch.setattr(model_mod, "decode_kernel", lambda: None)
+    monkeypatch.setattr(model_mod, "in_place_kernel", lambda: None)
     without = make_batch(chunks, PAGE, 3, torch.float32, call_slots=600)
     assert not any(g.in_place for g in without.groups) and len(without.groups) > 1
     gathered = make_batch(chunks, PAGE, 3, torch.float32, call_slots=600, in_place=False)
@@ -94,12 +94,9 @@ def test_where_the_c_cannot_run_the_group_gathers(monkeypatch):
                        attend(shape, q, k, v, gathered, pool.clone()))
 
 
-@pytest.mark.parametrize("query_chunk", [1, 5, 64])
-def test_a_prefill_in_pieces_attends_as_it_does_whole(query_chunk):
-    """Prefill rows (fresh prompts, and chunks that go on with one: a start past 0) attend in
-    pieces of at most query_chunk queries, each over the context up to its own last position:
-    the same output as each prompt whole, within float32's rounding; every piece within
-    query_chunk, and every row in exactly one piece."""
+def prefill_step(dtype: torch.dtype = torch.float32):
+    """Prefill rows (fresh prompts, and chunks that go on with one: a start past 0) and decode
+    rows, on pages of 8: q, k, v, the pool and the chunks."""
     gen, page = torch.Generator().manual_seed(1), 8
     starts_lens = [(0, 70), (0, 3), (40, 90), (13, 1), (0, 1)]   # (start_pos, tokens)
     tables, used = [], 0
@@ -108,32 +105,79 @@ def test_a_prefill_in_pieces_attends_as_it_does_whole(query_chunk):
         used += len(tables[-1])
     chunks = [RequestChunk([0] * n, start, t) for (start, n), t in zip(starts_lens, tables)]
     rows = sum(n for _, n in starts_lens)
-    pool = torch.randn(used, page, 2, 3, 64, generator=gen)
-    q = torch.randn(rows, 9, 64, generator=gen)
-    k, v = torch.randn(2, rows, 3, 64, generator=gen)
-    shape = dict(num_heads=9, num_kv_heads=3, head_dim=64)
-    whole = make_batch(chunks, page, 3, torch.float32, query_chunk=1 << 30)
-    cut = make_batch(chunks, page, 3, torch.float32, query_chunk=query_chunk)
+    pool = torch.randn(used, page, 2, 3, 64, generator=gen).to(dtype)
+    q = torch.randn(rows, 9, 64, generator=gen).to(dtype)
+    k, v = torch.randn(2, rows, 3, 64, generator=gen).to(dtype)
+    return q, k, v, pool, chunks, page
+
+
+SMOL = dict(num_heads=9, num_kv_heads=3, head_dim=64)
+
+
+@pytest.mark.parametrize("query_chunk", [1, 5, 64])
+def test_a_prefill_in_pieces_attends_as_it_does_whole(query_chunk):
+    """Gathered (prefill_in_place off), prefill rows attend in pieces of at most query_chunk
+    queries, each over the context up to its own last position: the same output as each prompt
+    whole, within float32's rounding; every piece within query_chunk, and every row in exactly
+    one piece."""
+    q, k, v, pool, chunks, page = prefill_step()
+    rows = q.shape[0]
+    whole = make_batch(chunks, page, 3, torch.float32, query_chunk=1 << 30,
+                       prefill_in_place=False)
+    cut = make_batch(chunks, page, 3, torch.float32, query_chunk=query_chunk,
+                     prefill_in_place=False)
     prefill = [g for g in cut.groups if not g.in_place]
     assert max(g.num_queries for g in prefill) == min(query_chunk, 90)
     assert sorted(torch.cat([g.out_rows for g in cut.groups]).tolist()) == list(range(rows))
-    outs = [attend(shape, q, k, v, b, pool.clone()) for b in (whole, cut)]
+    outs = [attend(SMOL, q, k, v, b, pool.clone()) for b in (whole, cut)]
     scale = outs[0].abs().max().item()
     assert (outs[0] - outs[1]).abs().max().item() <= 2e-6 * scale
 
 
-def test_the_engine_makes_the_same_tokens_either_way(tiny_llama):
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-6), (torch.bfloat16, 1e-2)])
+def test_every_row_in_place_gives_sdpas_output(dtype, tolerance):
+    """Prefill and decode rows together in one in-place group, in the rows' order, each over its
+    context up to its own position: SDPA's output over the gathered pages (the prompts whole),
+    within float32's rounding, and within bfloat16's last bit."""
+    q, k, v, pool, chunks, page = prefill_step(dtype)
+    rows = q.shape[0]
+    in_place = make_batch(chunks, page, 3, dtype)
+    (group,) = in_place.groups
+    assert group.in_place and group.query_rows.tolist() == list(range(rows))
+    # each row attends up to itself: the 70-token prompt's rows 1..70, the continued chunk's
+    # 41..130
+    assert group.context_lens[:70].tolist() == list(range(1, 71))
+    assert group.context_lens[73:163].tolist() == list(range(41, 131))
+    assert group.requests.tolist() == [0] * 70 + [1] * 3 + [2] * 90 + [3, 4]
+    gathered = make_batch(chunks, page, 3, dtype, in_place=False, query_chunk=1 << 30)
+    outs = [attend(SMOL, q, k, v, b, pool.clone()) for b in (in_place, gathered)]
+    scale = outs[1].float().abs().max().item()
+    assert (outs[0].float() - outs[1].float()).abs().max().item() <= tolerance * scale
+
+
+def test_a_batch_made_in_place_refuses_a_pool_the_c_cannot_read():
+    """An 8-bit pool (task 14) or a model's dtype the C does not take: one clear error, never a
+    wrong answer (the engine makes no in-place group for them)."""
+    q, k, v, pool, chunks, page = prefill_step()
+    batch = make_batch(chunks, page, 3, torch.float32)
+    with pytest.raises(ValueError, match="in_place=False"):
+        attend(SMOL, q.half(), k.half(), v.half(), batch, pool.half())
+
+
+def test_the_engine_makes_the_same_tokens_every_way(tiny_llama):
     """The tiny model in float32, prompts of 5 to 60 tokens and 24 tokens each (contexts of up to
-    five blocks): decode_in_place on and off give the same greedy tokens, with prefill, chunks and
-    preemption in between, and off it makes no in-place group."""
+    five blocks): every row in place, decode rows only, and none give the same greedy tokens, with
+    prefill, chunks and preemption in between; with none, no in-place group."""
     prompts = [[(7 * i + j) % 500 + 1 for j in range(n)] for i, n in enumerate([5, 17, 33, 60])]
     tokens = {}
-    for in_place in (True, False):
+    for way in ((True, True), (True, False), (False, False)):
         eng = LLMEngine(tiny_llama, [], EngineConfig(
             kv_bytes=24 * 4 * tiny_llama.kv_bytes_per_token, page_size=4, max_batch=4,
-            max_num_batched_tokens=32, max_model_len=96, decode_in_place=in_place))
+            max_num_batched_tokens=32, max_model_len=96, decode_in_place=way[0],
+            prefill_in_place=way[1]))
+        assert eng.in_place == way[0]
         seqs = [eng.add_request(p, 24, min_tokens=24) for p in prompts]
         eng.run()
-        tokens[in_place] = [s.output_ids for s in seqs]
+        tokens[way] = [s.output_ids for s in seqs]
         assert eng.scheduler.num_preemptions > 0
-    assert tokens[True] == tokens[False]
+    assert tokens[(True, True)] == tokens[(True, False)] == tokens[(False, False)]

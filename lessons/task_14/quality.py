@@ -47,7 +47,7 @@ def passage_logprobs(model, ids: list[int], kv: tuple[str, str], page: int) -> l
     eng = engine(model, [], kv, (num_pages + 1) * page * 2 * model.kv_bytes_per_token, page,
                  len(ids), max_batch=1)
     batch = make_batch([RequestChunk(ids, 0, list(range(num_pages)), num_logits=len(ids))], page,
-                       model.heads_per_kv, model.dtype)
+                       model.heads_per_kv, model.dtype, in_place=eng.in_place)     # off: above
     logits = model.forward(batch, eng.kv_cache).float()                       # (n, V)
     logp = torch.log_softmax(logits[:-1], dim=-1)
     return logp.gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1).tolist()

@@ -13,7 +13,8 @@ what that choice cost. It prints four parts:
    table, the compile's time, graphs and memory, tokens/s on task 9's workload, and whether the
    greedy tokens changed.
 3. vLLM offline, the source's enforce_eager=True against its default compilation, each in a fresh
-   process: start-up, peak memory (PSS), tokens/s at 1 request and at many, the greedy text.
+   process: start-up, peak memory (PSS), tokens/s at 1 request and at many, the greedy text; and
+   task 9's workload against mini_engine run the same way, the two taking turns, a pass each.
 4. Attention as the context grows (128 to 1,024 tokens), at batch 1 and at the cap: mini_engine's
    kernel that reads the pages in place (and its context gathered and attended in one padded
    call, as before issue 29), against vLLM's kernel, which reads them in place too.
@@ -149,26 +150,10 @@ def run_workload(new_engine, workload) -> tuple[list, list, float]:
     return eng.steps, seqs, time.perf_counter() - start
 
 
-def measure(ways: dict, workload) -> dict[str, tuple[EngineMode, list[list[int]]]]:
-    """Task 9's workload at once (continuous batching), then one request alone, each way: tokens/s,
-    and a decode step's phases at 1 and at the cap (task 9's part 3). ways: name -> (engine
-    factory, warm-up cost). The ways take turns on the workload (common/turns.py: an untimed
-    pass, then TIMED_PASSES rounds), and each keeps its fastest timed pass."""
-    passes = turns.in_turns({name: functools.partial(run_workload, new_engine, workload)
-                             for name, (new_engine, _) in ways.items()}, TIMED_PASSES)
-    found = {}
-    for name, (new_engine, warm) in ways.items():
-        steps, seqs, seconds = min(passes[name], key=lambda found_pass: found_pass[2])
-        tokens = [s.output_ids for s in seqs]
-        num_tokens = sum(len(t) for t in tokens)
-        split = profile.phase_split(new_engine(), workload[0].prompt_ids, steps)
-        found[name] = (EngineMode(*warm, split, num_tokens / seconds, num_tokens, seconds), tokens)
-    return found
-
-
-def mini_engine_parts(path: str, dtype: str, args, workload, progress):
-    """Parts 1, 2 and 4's mini_engine side: (eager, the floors, the attention sweep, compiled or
-    None, why not compiled or None, requests whose greedy tokens both ways gave alike)."""
+def mini_engine_ways(path: str, dtype: str, args, progress):
+    """Parts 1-2's set-up on one model: the eager way (the kernels chosen), then the compiled
+    one where it can be: (the model, way -> (engine factory, warm-up cost), why not compiled
+    or None)."""
     from mini_engine.compiled import why_not_compiled
 
     progress("Part 1: mini_engine eager (kernels chosen)...")
@@ -178,29 +163,74 @@ def mini_engine_parts(path: str, dtype: str, args, workload, progress):
     if not why_not:
         progress("Part 2: mini_engine compiled (compiling at warm-up)...")
         ways["compiled"] = warm_up(model, eos, args, compiled=True)
-    progress("Parts 1-2: task 9's workload, each way in turn...")
-    found = measure(ways, workload)
-    (eager, eager_tokens), (compiled, tokens) = found["eager"], found.get("compiled", (None, []))
-    num_identical = sum(a == b for a, b in zip(eager_tokens, tokens))
-    machine = profile.machine_bounds(model, dtype, list(eager.phases))
-    del model, ways
-    memory.give_memory_back()
-    # last, so that its pools (hundreds of MB at the cap) come and go after the timed workloads
-    progress("Part 4: mini_engine's attention at longer contexts...")
-    sweep = AttentionSweep(args.contexts, *attention.mini_engine_sweep(
-        Llama(path, dtype), sorted({1, args.max_batch}), args.contexts))
-    memory.give_memory_back()
-    return eager, machine, sweep, compiled, why_not, num_identical
+    return model, ways, why_not
 
 
-# --- part 3: vLLM, a fresh process each way -----------------------------------------------------
-def run_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> VllmMode:
-    """One way, in a fresh process, its memory sampled."""
-    found, peak = memory.run_measured(f"vLLM {mode}", [
+def engine_mode(new_engine, warm, passes: list, workload) -> tuple[EngineMode, list[list[int]]]:
+    """One mini_engine way's record from its fastest timed pass (its tokens/s, and a decode
+    step's phases at the cap: task 9's part 3; at 1, a request run alone), and its tokens."""
+    steps, seqs, seconds = min(passes, key=lambda found_pass: found_pass[2])
+    tokens = [q.output_ids for q in seqs]
+    num_tokens = sum(len(t) for t in tokens)
+    split = profile.phase_split(new_engine(), workload[0].prompt_ids, steps)
+    return EngineMode(*warm, split, num_tokens / seconds, num_tokens, seconds), tokens
+
+
+# --- part 3: vLLM, a fresh process each way, taking turns with mini_engine ---------------------
+def start_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> turns.Child:
+    """vLLM one way, in a fresh process (lessons/task_13/vllm_run.py), its memory sampled while
+    it lives: it measures its start-up, one request and many, then runs task 9's workload each
+    time it is asked."""
+    return turns.Child(f"vLLM {mode}", [
         "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype, "--mode", mode,
         "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens),
         "--max-num-seqs", str(s.max_batch), "--workload", workload_file], VLLM_TIMEOUT_S)
-    return VllmMode(**found, peak_pss_bytes=peak)
+
+
+def mini_tokens_per_s(found_pass) -> float:
+    _, seqs, seconds = found_pass
+    return sum(len(q.output_ids) for q in seqs) / seconds
+
+
+def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, workload,
+                      why_not: str | None, progress) -> tuple[dict, dict | None, str | None]:
+    """Task 9's workload, the ways taking turns (common/turns.py: an untimed pass, then
+    TIMED_PASSES rounds): mini_engine's ways with each vLLM mode asked for, one vLLM process at a
+    time (eager first), so that each ratio to vLLM comes from the same rounds; mini_engine's
+    alone with --no-vllm. (each mini_engine way's timed passes, vLLM's modes (None: --no-vllm),
+    why a mode did not run)."""
+    mini = {name: functools.partial(run_workload, new_engine, workload)
+            for name, (new_engine, _) in ways.items()}
+    passes: dict[str, list] = {name: [] for name in ways}
+    if args.no_vllm:
+        modes, skipped = [], None
+    else:
+        modes = [m for m in args.vllm_modes if m in ways]      # compiled: where mini_engine is
+        left_out = [m for m in VLLM_MODES if m not in args.vllm_modes]
+        skipped = (f"vLLM compiles with inductor too: {why_not}"
+                   if "compiled" in args.vllm_modes and why_not else
+                   f"--vllm-modes left {' and '.join(left_out)} out" if left_out else None)
+    vllm: dict[str, VllmMode] = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump([[r.prompt_ids, r.num_output] for r in workload], f)
+        f.flush()
+        for mode in modes:
+            progress(f"Part 3: vLLM {mode}, in a fresh process...")
+            with start_vllm(path, dtype, s, mode, f.name) as child:
+                ready = child.ready()
+                progress(f"Task 9's workload, in turns with vLLM {mode}...")
+                rounds = turns.in_turns({**mini, "vllm": child.run_pass}, TIMED_PASSES)
+            for name in ways:
+                passes[name] += rounds[name]
+            vllm[mode] = VllmMode(
+                **ready, peak_pss_bytes=child.peak_bytes,
+                workload_tokens_per_s=max(p["tokens"] / p["seconds"] for p in rounds["vllm"]),
+                mini_tokens_per_s=max(mini_tokens_per_s(p) for p in rounds[mode]))
+    if not modes:
+        progress("Parts 1-2: task 9's workload, each way in turn...")
+        for name, found in turns.in_turns(mini, TIMED_PASSES).items():
+            passes[name] += found
+    return passes, (None if args.no_vllm else vllm), skipped
 
 
 def vllm_attention(path: str, dtype: str, s: Settings,
@@ -213,23 +243,6 @@ def vllm_attention(path: str, dtype: str, s: Settings,
         "--contexts", ",".join(map(str, contexts))],
         VLLM_TIMEOUT_S)
     return {int(batch): ms for batch, ms in found.items()}
-
-
-def measure_vllm(path: str, dtype: str, s: Settings, modes: list[str], why_not: str | None,
-                 workload, progress) -> tuple[dict[str, VllmMode], str | None]:
-    """Each mode asked for, eager first, each also on mini_engine's workload (handed over as a
-    file of token ids); (what ran, why a mode did not)."""
-    found = {}
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-        json.dump([[r.prompt_ids, r.num_output] for r in workload], f)
-        f.flush()
-        for mode in modes:
-            if mode == "compiled" and why_not:
-                return found, f"vLLM compiles with inductor too: {why_not}"
-            progress(f"Part 3: vLLM {mode}, in a fresh process...")
-            found[mode] = run_vllm(path, dtype, s, mode, f.name)
-    left_out = [m for m in VLLM_MODES if m not in modes]
-    return found, (f"--vllm-modes left {' and '.join(left_out)} out" if left_out else None)
 
 
 def main(argv: list[str] | None = None) -> CompiledStep:
@@ -252,17 +265,28 @@ def main(argv: list[str] | None = None) -> CompiledStep:
     workload = make_workload(tokenizer, args.requests, args.mean_output, settings.SEED)
     progress = report.progress_clock()
 
-    eager, machine, sweep, compiled, why_not, num_identical = mini_engine_parts(
-        model_choice.path, dtype.dtype, args, workload, progress)
-    record = CompiledStep(s, machine, eager, compiled, why_not, num_identical, len(workload),
-                          attention=sweep, header=results.RunHeader.of(model_choice, dtype,
-                                                                       torch.get_num_threads()))
+    path, dt = model_choice.path, dtype.dtype
+    model, ways, why_not = mini_engine_ways(path, dt, args, progress)
+    passes, vllm, vllm_skipped = workload_in_turns(path, dt, s, args, ways, workload, why_not,
+                                                   progress)
+    found = {name: engine_mode(new_engine, warm, passes[name], workload)
+             for name, (new_engine, warm) in ways.items()}
+    (eager, eager_tokens), (compiled, tokens) = found["eager"], found.get("compiled", (None, []))
+    record = CompiledStep(s, profile.machine_bounds(model, dt, list(eager.phases)), eager,
+                          compiled, why_not, sum(a == b for a, b in zip(eager_tokens, tokens)),
+                          len(workload), vllm, vllm_skipped,
+                          header=results.RunHeader.of(model_choice, dtype,
+                                                      torch.get_num_threads()))
+    del model, ways, found
+    memory.give_memory_back()
+    # last, so that its pools (hundreds of MB at the cap) come and go after the timed workloads
+    progress("Part 4: mini_engine's attention at longer contexts...")
+    record.attention = AttentionSweep(args.contexts, *attention.mini_engine_sweep(
+        Llama(path, dt), sorted({1, args.max_batch}), args.contexts))
+    memory.give_memory_back()
     if not args.no_vllm:
-        record.vllm, record.vllm_skipped = measure_vllm(model_choice.path, dtype.dtype, s,
-                                                        args.vllm_modes, why_not, workload,
-                                                        progress)
         progress("Part 4: vLLM's attention, in its own process...")
-        sweep.vllm_ms = vllm_attention(model_choice.path, dtype.dtype, s, args.contexts)
+        record.attention.vllm_ms = vllm_attention(path, dt, s, args.contexts)
     progress("done")
 
     print_report(record)

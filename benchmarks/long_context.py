@@ -12,9 +12,11 @@ neither way's memory, threads or compiled graphs are another's:
     mini-gather     mini_engine eager, every context gathered, attention in calls of at most
                     2,048 context slots (EngineConfig.attention_call_slots), a prefill's queries
                     in pieces (EngineConfig.prefill_query_chunk): decode_in_place off
-    mini-eager      mini_engine eager as it runs by default: decode rows attend in one pass of C
-                    that reads the pages in place (EngineConfig.decode_in_place), prefill rows as
-                    mini-gather
+    mini-decode-c   mini_engine eager, decode rows attending in one pass of C that reads the
+                    pages in place (EngineConfig.decode_in_place), prefill rows as mini-gather
+                    (prefill_in_place off)
+    mini-eager      mini_engine eager as it runs by default: every row, decode and prefill,
+                    attends in that pass of C, each over its context up to itself
     mini-compiled   the same, its decoder layers compiled (EngineConfig.compile_model)
     vllm-eager      vLLM offline, enforce_eager=True (the lab's setting, the source's)
     vllm-compiled   vLLM offline, its default compilation on a CPU
@@ -40,33 +42,26 @@ alone. Prints one table; results/long_context.json keeps it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import queue
 import random
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import cli, memory, report, results, settings, turns  # noqa: E402
-from common.server import ServerError  # noqa: E402
+from common import cli, report, results, settings, turns  # noqa: E402
 from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a call)
 
 SCRIPT = "long_context"
-WAYS = ("mini-one-call", "mini-gather", "mini-eager", "mini-compiled", "vllm-eager",
-        "vllm-compiled")
+WAYS = ("mini-one-call", "mini-gather", "mini-decode-c", "mini-eager", "mini-compiled",
+        "vllm-eager", "vllm-compiled")
 DEFAULT_WAYS = ["mini-eager", "vllm-eager", "mini-compiled", "vllm-compiled"]   # the issue's
 BUDGET = 2048            # tokens a step (max_num_batched_tokens), the issue's workload
 MAX_BATCH = 16           # the lab's cap (max_num_seqs)
 TIMED_PASSES = 2         # rounds timed after the untimed one; each way keeps its fastest
 TIMEOUT_S = 1200         # one process's set-up, or one pass
-READY, RESULT = "long_context: ready", "long_context: "     # what a child's stdout says
 
 
 @dataclass
@@ -118,7 +113,8 @@ def mini_passes(args, work, way: str) -> Callable[[], dict]:
                               else EngineConfig.attention_call_slots),
         prefill_query_chunk=(ONE_CALL if way == "mini-one-call"
                              else EngineConfig.prefill_query_chunk),
-        decode_in_place=way in ("mini-eager", "mini-compiled"))
+        decode_in_place=way in ("mini-decode-c", "mini-eager", "mini-compiled"),
+        prefill_in_place=way != "mini-decode-c")
     profiled = way != "mini-compiled"      # the compiled graph runs attention inside it
     eos = eos_token_ids(args.model_path)
     LLMEngine(model, eos, config).warm_up()        # compiles once, for the process
@@ -167,93 +163,33 @@ def vllm_passes(args, work, way: str) -> Callable[[], dict]:
 
 
 def child(args) -> None:
-    """Set up, say so, then run a pass each time the parent writes "pass"; stop at anything
-    else or at the end of stdin. Each result is one line of JSON after RESULT."""
+    """Set up, then run a pass each time the parent asks (common/turns.py's serve)."""
     from transformers import AutoConfig
     vocab = AutoConfig.from_pretrained(args.model_path).vocab_size
     work = workload(args.requests, args.max_prompt, args.max_output, vocab)
-    one_pass = (vllm_passes if args.child.startswith("vllm") else mini_passes)(
-        args, work, args.child)
-    print(READY, flush=True)
-    for line in sys.stdin:
-        if line.strip() != "pass":
-            break
-        print(RESULT + json.dumps(one_pass()), flush=True)
+    turns.serve((vllm_passes if args.child.startswith("vllm") else mini_passes)(
+        args, work, args.child))
 
 
-class Child:
-    """One way in a fresh process of ours, its memory sampled while it lives, that runs a pass
-    when asked. Its stdout is read by a thread of its own (vLLM prints there too), so a wait
-    can time out; its stderr goes to a file, whose last line is the error shown if it fails."""
-
-    def __init__(self, args, way: str):
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", way, "--model-path",
-               args.model_path, "--dtype", args.dtype, "--requests", str(args.requests),
-               "--max-prompt", str(args.max_prompt), "--max-output", str(args.max_output)]
-        # the vLLM eager child sets TORCHDYNAMO_DISABLE itself; the others must not inherit it
-        env = memory.child_env(unset=("TORCHDYNAMO_DISABLE",))
-        self.way, self.err = way, tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.err, text=True, env=env,
-                                     cwd=settings.REPO_DIR)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.peak = memory.PeakMemory(self.proc.pid).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)                       # the child closed its stdout: it ended
-
-    def wait_for(self, prefix: str) -> str:
-        """The rest of the child's next line that starts with prefix."""
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise ServerError(f"{self.way} ran over {TIMEOUT_S} s and was stopped") from None
-            if line is None:
-                self.err.seek(0)
-                last = (self.err.read().strip().splitlines() or ["no output"])[-1]
-                raise ServerError(f"{self.way} exited with code {self.proc.wait()}: {last}")
-            if line.startswith(prefix):
-                return line[len(prefix):]
-
-    def run_pass(self) -> dict:
-        try:
-            self.proc.stdin.write("pass\n")
-            self.proc.stdin.flush()
-        except OSError:               # it has ended: wait_for says how, from its stderr
-            pass
-        found = self.wait_for(RESULT)
-        try:
-            return json.loads(found)
-        except json.JSONDecodeError:
-            raise ServerError(f"{self.way} printed a result that is not JSON: {found[:200]}") \
-                from None
-
-    def close(self) -> None:
-        """End the child (asked first, killed if it does not go) and its memory's sampling."""
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
-        self.peak.stop()
-        self.err.close()
+def start(args, way: str) -> turns.Child:
+    """This way's process (this file, --child), its memory sampled while it lives."""
+    # the vLLM eager child sets TORCHDYNAMO_DISABLE itself; the others must not inherit it
+    return turns.Child(way, [os.path.abspath(__file__), "--child", way, "--model-path",
+                             args.model_path, "--dtype", args.dtype, "--requests",
+                             str(args.requests), "--max-prompt", str(args.max_prompt),
+                             "--max-output", str(args.max_output)],
+                       TIMEOUT_S, unset=("TORCHDYNAMO_DISABLE",))
 
 
 def take_turns(args, progress) -> list[Way]:
     """Every way set up in turn, then its passes taking turns with the others' (common/turns.py);
     each way's fastest timed pass, with all its timed passes."""
-    children: list[Child] = []
+    children: list[turns.Child] = []
     try:
         for way in args.ways:
             progress(f"{way}: setting up, in a fresh process...")
-            children.append(Child(args, way))
-            children[-1].wait_for(READY)
+            children.append(start(args, way))
+            children[-1].ready()
         passes = turns.in_turns(
             {c.way: c.run_pass for c in children}, TIMED_PASSES,
             lambda way, round_: progress(f"{way}: pass {round_ + 1} of {TIMED_PASSES + 1}"
@@ -265,7 +201,7 @@ def take_turns(args, progress) -> list[Way]:
     for c in children:
         best = min(passes[c.way], key=lambda p: p["seconds"])
         ways_.append(Way(c.way, best["tokens"], best["seconds"], best["tokens"] / best["seconds"],
-                         best["attention_s"], best["preemptions"], c.peak.peak_bytes,
+                         best["attention_s"], best["preemptions"], c.peak_bytes,
                          [p["seconds"] for p in passes[c.way]]))
     return ways_
 

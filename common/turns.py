@@ -1,5 +1,6 @@
 """Several ways of doing the same work, timed taking turns: task 13's two mini_engine ways on one
-model, and benchmarks/long_context.py's ways, each in a process of its own.
+model with vLLM's, each vLLM way in a process of its own, and benchmarks/long_context.py's ways,
+each in a process of its own.
 
 Each way runs once untimed (the first pass of a process ran slower, whichever way it was: its
 matmuls too; docs/measurements.md, issue 29), then every way runs again, one after another, for
@@ -7,12 +8,27 @@ a number of rounds. This machine's speed drifts by a fifth within minutes (the s
 timed one after the other would carry that drift into their ratio, where taking turns spreads it
 over them all. The callers keep each way's fastest pass: a noisy neighbour slows a pass, never
 speeds one up.
+
+A way in a process of its own is a Child here and calls serve() there: it sets up, prints READY
+(and what its set-up measured, as JSON), then runs a pass each time it reads "pass" and prints
+RESULT and the pass's JSON; the end of its stdin ends it.
 """
 from __future__ import annotations
 
+import json
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from typing import Callable, TypeVar
 
+from common import memory, settings
+from common.server import ServerError
+
 T = TypeVar("T")
+READY, RESULT = "turns: ready ", "turns: result "     # what a child's stdout says
 
 
 def in_turns(ways: dict[str, Callable[[], T]], timed_rounds: int,
@@ -29,3 +45,88 @@ def in_turns(ways: dict[str, Callable[[], T]], timed_rounds: int,
             if round_:
                 found[name].append(result)
     return found
+
+
+# --- a way in a process of its own -------------------------------------------------------------
+def serve(one_pass: Callable[[], dict], ready: dict | None = None) -> None:
+    """The child's side: say it is ready (with what its set-up measured), then run a pass each
+    time the parent writes "pass"; stop at anything else or at the end of stdin."""
+    print(READY + json.dumps(ready or {}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "pass":
+            break
+        print(RESULT + json.dumps(one_pass()), flush=True)
+
+
+class Child:
+    """`python <args>`, a way in a fresh process that serve()s, its memory sampled while it
+    lives. Its stdout is read by a thread of its own (vLLM prints there too), so a wait can time
+    out; its stderr goes to a file, whose last line is the error shown if it fails (a
+    ServerError, one line). unset: environment variables it must not inherit. Ready: what its
+    set-up said; peak_bytes, once closed: its peak PSS."""
+
+    def __init__(self, way: str, args: list[str], timeout_s: float,
+                 unset: tuple[str, ...] = ()):
+        self.way, self.timeout_s, self.err = way, timeout_s, tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     env=memory.child_env(unset), cwd=settings.REPO_DIR)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.peak = memory.PeakMemory(self.proc.pid).start()
+        self.peak_bytes = 0
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)                       # the child closed its stdout: it ended
+
+    def _json_after(self, prefix: str) -> dict:
+        """The JSON of the child's next line that starts with prefix."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise ServerError(f"{self.way} ran over {self.timeout_s:.0f} s and was "
+                                  "stopped") from None
+            if line is None:
+                self.err.seek(0)
+                last = (self.err.read().strip().splitlines() or ["no output"])[-1]
+                raise ServerError(f"{self.way} exited with code {self.proc.wait()}: {last}")
+            if line.startswith(prefix):
+                try:
+                    return json.loads(line[len(prefix):])
+                except json.JSONDecodeError:
+                    raise ServerError(f"{self.way} printed a line that is not JSON: "
+                                      f"{line[:200]}") from None
+
+    def ready(self) -> dict:
+        """Wait for the child's set-up: what it measured there."""
+        return self._json_after(READY)
+
+    def run_pass(self) -> dict:
+        try:
+            self.proc.stdin.write("pass\n")
+            self.proc.stdin.flush()
+        except OSError:               # it has ended: _json_after says how, from its stderr
+            pass
+        return self._json_after(RESULT)
+
+    def close(self) -> None:
+        """End the child (asked first, killed if it does not go) and its memory's sampling."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.peak.stop()
+        self.peak_bytes = self.peak.peak_bytes
+        self.err.close()

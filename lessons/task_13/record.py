@@ -34,7 +34,8 @@ class EngineMode(results.Record):
 
 @dataclass
 class VllmMode(results.Record):
-    """vLLM offline in a fresh process, one way (lessons/task_13/vllm_run.py)."""
+    """vLLM offline in a fresh process, one way (lessons/task_13/vllm_run.py); its passes of task
+    9's workload taken in turns with mini_engine's, run the same way, in another process."""
     enforce_eager: bool           # True: the source's (and TORCHDYNAMO_DISABLE=1); False: -O2
     startup_s: float              # LLM(...) until it returns: load, profile, compile, warm-up
     peak_pss_bytes: int           # the process's PSS, sampled while it ran
@@ -42,6 +43,8 @@ class VllmMode(results.Record):
     batch_tokens_per_s: float     # settings.vllm_requests at once
     texts: list[str]              # the greedy answers of the batch
     workload_tokens_per_s: float  # task 9's workload, as mini_engine ran it (cap: max_batch)
+    mini_tokens_per_s: float      # mini_engine run the same way, its fastest pass of the rounds
+                                  # in which it took turns with this one
 
 
 @dataclass
@@ -90,6 +93,13 @@ class CompiledStep(results.Result):
             return None
         return self.compiled.phases[batch].step_s / self.eager.phases[batch].step_s
 
+    def fusion_floor(self, batch: int) -> float:
+        """The least a compile that fuses only the rest of the forward could take the eager
+        decode step to at this batch: the step less all of its rest, over the step (the
+        products, attention, sampling and scheduling left as they are)."""
+        eager = self.eager.phases[batch]
+        return (eager.step_s - eager.forward_other_s) / eager.step_s
+
     @property
     def speedup(self) -> float | None:
         """mini_engine compiled over eager, tokens/s on task 9's workload."""
@@ -97,11 +107,10 @@ class CompiledStep(results.Result):
 
     def over_vllm(self, mode: str) -> float | None:
         """mini_engine over vLLM run the same way ("eager" or "compiled"), tokens/s on task 9's
-        workload; None where either side did not run."""
-        mine = self.eager if mode == "eager" else self.compiled
-        if mine is None or not self.vllm or mode not in self.vllm:
+        workload, in the same rounds of turns; None where vLLM did not run that way."""
+        if not self.vllm or mode not in self.vllm:
             return None
-        return mine.tokens_per_s / self.vllm[mode].workload_tokens_per_s
+        return self.vllm[mode].mini_tokens_per_s / self.vllm[mode].workload_tokens_per_s
 
     @property
     def vllm_speedup(self) -> float | None:

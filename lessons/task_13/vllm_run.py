@@ -1,16 +1,17 @@
-"""Part 3's fresh process: vLLM offline one way, measured alone, so that neither way's memory or
-compiled graphs are the other's. The parent (task_13_compiled_step.py) starts one of these per
-way, samples its memory, and reads the one JSON line it prints last.
+"""Part 3's fresh process: vLLM offline one way, so that neither way's memory or compiled graphs
+are the other's. The parent (task_13_compiled_step.py) starts one of these per way, samples its
+memory, and reads what it prints (common/turns.py's Child and serve).
 
     python -m lessons.task_13.vllm_run --model PATH --dtype D --mode eager|compiled
-        --requests N --tokens T
+        --requests N --tokens T --max-num-seqs B --workload FILE
 
 eager: the source's settings, the lab's (enforce_eager=True, TORCHDYNAMO_DISABLE=1). compiled:
 vLLM's default on a CPU (-O2: torch.compile with inductor at start-up; vllm/platforms/cpu.py),
 TORCHDYNAMO_DISABLE unset; everything else the same, the batch cap the parent's (max_num_seqs).
-Greedy, EOS held off: one request (the best of two generations), then N at once (the best of
-two), then the parent's workload (--workload, a JSON list of [prompt token ids, tokens to make]:
-task 9's, as mini_engine ran it; the best of two)."""
+Greedy, EOS held off. At its set-up: one request (the best of two generations), then N at once
+(the best of two), said when it is ready. Then a pass of the parent's workload (--workload, a
+JSON list of [prompt token ids, tokens to make]: task 9's, as mini_engine runs it) each time the
+parent asks, taking turns with mini_engine's passes in the parent's process."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from common import load, settings
+from common import load, settings, turns
 
 
 def main() -> None:
@@ -59,13 +60,18 @@ def main() -> None:
     one_tok_s, _ = best_of_two(prompts[:1], params)
     batch_tok_s, outputs = best_of_two(prompts, params)
     workload = json.loads(Path(args.workload).read_text())
-    workload_tok_s, _ = best_of_two(
-        [TokensPrompt(prompt_token_ids=ids) for ids, _ in workload],
-        [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n) for _, n in workload])
-    print(json.dumps({"enforce_eager": eager, "startup_s": startup_s,
-                      "one_tokens_per_s": one_tok_s, "batch_tokens_per_s": batch_tok_s,
-                      "workload_tokens_per_s": workload_tok_s,
-                      "texts": [o.outputs[0].text for o in outputs]}))
+    workload_prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in workload]
+    workload_params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n)
+                       for _, n in workload]
+
+    def workload_pass() -> dict:
+        t = time.perf_counter()
+        done = llm.generate(workload_prompts, workload_params, use_tqdm=False)
+        return {"tokens": sum(len(o.outputs[0].token_ids) for o in done),
+                "seconds": time.perf_counter() - t}
+    turns.serve(workload_pass, {"enforce_eager": eager, "startup_s": startup_s,
+                                "one_tokens_per_s": one_tok_s, "batch_tokens_per_s": batch_tok_s,
+                                "texts": [o.outputs[0].text for o in outputs]})
 
 
 if __name__ == "__main__":

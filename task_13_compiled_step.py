@@ -176,6 +176,15 @@ def engine_mode(new_engine, warm, passes: list, workload) -> tuple[EngineMode, l
     return EngineMode(*warm, split, num_tokens / seconds, num_tokens, seconds), tokens
 
 
+def engine_modes(ways: dict, passes: dict, workload) -> tuple:
+    """Each way's record from its timed passes: (eager, compiled or None, requests whose greedy
+    tokens both ways gave alike)."""
+    found = {name: engine_mode(new_engine, warm, passes[name], workload)
+             for name, (new_engine, warm) in ways.items()}
+    (eager, eager_tokens), (compiled, tokens) = found["eager"], found.get("compiled", (None, []))
+    return eager, compiled, sum(a == b for a, b in zip(eager_tokens, tokens))
+
+
 # --- part 3: vLLM, a fresh process each way, taking turns with mini_engine ---------------------
 def start_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> turns.Child:
     """vLLM one way, in a fresh process (lessons/task_13/vllm_run.py), its memory sampled while
@@ -233,6 +242,7 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
     return passes, (None if args.no_vllm else vllm), skipped
 
 
+# --- part 4: attention as the context grows ---------------------------------------------------
 def vllm_attention(path: str, dtype: str, s: Settings,
                    contexts: list[int]) -> dict[int, list[float]]:
     """Part 4's vLLM side: its attention kernel at each context, in a process of its own (part
@@ -243,6 +253,19 @@ def vllm_attention(path: str, dtype: str, s: Settings,
         "--contexts", ",".join(map(str, contexts))],
         VLLM_TIMEOUT_S)
     return {int(batch): ms for batch, ms in found.items()}
+
+
+def attention_sweep(path: str, dtype: str, s: Settings, args, progress) -> AttentionSweep:
+    """mini_engine's side on a fresh model, last, so that its pools (hundreds of MB at the cap)
+    come and go after the timed workloads; then vLLM's, in a process of its own."""
+    progress("Part 4: mini_engine's attention at longer contexts...")
+    sweep = AttentionSweep(args.contexts, *attention.mini_engine_sweep(
+        Llama(path, dtype), sorted({1, args.max_batch}), args.contexts))
+    memory.give_memory_back()
+    if not args.no_vllm:
+        progress("Part 4: vLLM's attention, in its own process...")
+        sweep.vllm_ms = vllm_attention(path, dtype, s, args.contexts)
+    return sweep
 
 
 def main(argv: list[str] | None = None) -> CompiledStep:
@@ -269,24 +292,14 @@ def main(argv: list[str] | None = None) -> CompiledStep:
     model, ways, why_not = mini_engine_ways(path, dt, args, progress)
     passes, vllm, vllm_skipped = workload_in_turns(path, dt, s, args, ways, workload, why_not,
                                                    progress)
-    found = {name: engine_mode(new_engine, warm, passes[name], workload)
-             for name, (new_engine, warm) in ways.items()}
-    (eager, eager_tokens), (compiled, tokens) = found["eager"], found.get("compiled", (None, []))
+    eager, compiled, num_identical = engine_modes(ways, passes, workload)
     record = CompiledStep(s, profile.machine_bounds(model, dt, list(eager.phases)), eager,
-                          compiled, why_not, sum(a == b for a, b in zip(eager_tokens, tokens)),
-                          len(workload), vllm, vllm_skipped,
+                          compiled, why_not, num_identical, len(workload), vllm, vllm_skipped,
                           header=results.RunHeader.of(model_choice, dtype,
                                                       torch.get_num_threads()))
-    del model, ways, found
+    del model, ways
     memory.give_memory_back()
-    # last, so that its pools (hundreds of MB at the cap) come and go after the timed workloads
-    progress("Part 4: mini_engine's attention at longer contexts...")
-    record.attention = AttentionSweep(args.contexts, *attention.mini_engine_sweep(
-        Llama(path, dt), sorted({1, args.max_batch}), args.contexts))
-    memory.give_memory_back()
-    if not args.no_vllm:
-        progress("Part 4: vLLM's attention, in its own process...")
-        record.attention.vllm_ms = vllm_attention(path, dt, s, args.contexts)
+    record.attention = attention_sweep(path, dt, s, args, progress)
     progress("done")
 
     print_report(record)

@@ -59,7 +59,7 @@ DEFAULTS = {"requests": 48, "mean_output": 10, "vllm_requests": 16, "vllm_tokens
 QUICK = {"requests": 8, "mean_output": 8, "vllm_requests": 4, "vllm_tokens": 16,
          "vllm_modes": ["eager"], "contexts": [128, 1024]}
 PAGE_SIZE = 16
-TIMED_PASSES = 2        # of task 9's workload, each way, in turn (measure)
+TIMED_PASSES = 2        # of task 9's workload, each way, in turn (workload_in_turns)
 VLLM_TIMEOUT_S = 600    # a compiled start is over a minute (SPEC.md); on one core, longer
 
 RECORD = CompiledStep                  # what the lab reads results/<SCRIPT>.json back into

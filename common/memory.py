@@ -109,7 +109,7 @@ def child_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
 def run_measured(what: str, args: list[str], timeout_s: float,
                  unset: tuple[str, ...] = ()) -> tuple[dict, int]:
     """`python <args>` in a fresh process of ours, its memory sampled while it runs (task 13's
-    vLLM children, benchmarks/long_context.py): (the JSON line it printed last, its peak PSS).
+    measurement of vLLM's attention kernel): (the JSON line it printed last, its peak PSS).
     unset: environment variables the child must not inherit. A failure is a server.ServerError,
     which cli.run prints in one line; Ctrl-C or the timeout leave nothing running."""
     import json

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Callable, TypeVar
 
+import psutil
+
 from common import memory, settings
 from common.server import ServerError
 
@@ -94,6 +96,7 @@ class Child:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
+                self._kill()
                 raise ServerError(f"{self.way} ran over {self.timeout_s:.0f} s and was "
                                   "stopped") from None
             if line is None:
@@ -119,14 +122,28 @@ class Child:
             pass
         return self._json_after(RESULT)
 
+    def _kill(self) -> None:
+        """The child and what it started (vLLM's engine core), killed."""
+        try:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.kill()
+        self.proc.wait()
+
     def close(self) -> None:
-        """End the child (asked first, killed if it does not go) and its memory's sampling."""
+        """End the child (asked first, killed with what it started if it does not go) and its
+        memory's sampling."""
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
         self.peak.stop()
         self.peak_bytes = self.peak.peak_bytes
         self.err.close()

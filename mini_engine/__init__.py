@@ -14,7 +14,7 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
                       prompts cut into chunks, continuous or static batching, preemption
     proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
     model.py          the Llama forward of SmolLM over a paged KV pool per layer (the caller's)
-    paged_attention.c a decode step's attention, reading the pages in place (task 13)
+    paged_attention.c a step's attention, every row, reading the pages in place (task 13)
     kv_quant.py       the KV cache in 8 bits: a token's bytes, scales a layer or a token, the
                       pool's write and read, in C (kv_quant.c) (EngineConfig.kv_cache_dtype;
                       task 14)

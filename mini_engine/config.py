@@ -54,10 +54,10 @@ class EngineConfig:
     # 2.6-2.7 s attending with prompts whole and 1.4-1.7 s in pieces of 64; 32 as well in one
     # run and 1.8 s in the next, 48 to 256 worse (docs/measurements.md, issue 29).
     prefill_query_chunk: int = 64
-    # a decode step's attention in one pass of C that reads each request's pages where they are
-    # (mini_engine/paged_attention.c), as vLLM's CPU kernel does, instead of a gather and SDPA.
-    # Where it cannot be built, the model's shapes are past its limits, or the cache is in 8
-    # bits, decode groups gather as prefill does.
+    # decode rows attend in one pass of C that reads each request's pages where they are
+    # (mini_engine/paged_attention.c), as vLLM's CPU kernel does, instead of a gather and SDPA
+    # (and prefill rows too, with prefill_in_place). Where it cannot be built, the model's
+    # shapes are past its limits, or the cache is in 8 bits, every row gathers.
     decode_in_place: bool = True
     # with decode_in_place, a prefill's rows (a chunk's, a guess's) attend in the same pass of C,
     # each over its context up to its own position; off, they gather and attend with SDPA in

@@ -100,7 +100,8 @@ class Batch:
     input_ids: torch.Tensor      # (T,)
     positions: torch.Tensor      # (T,) position of each row in its request
     slot_mapping: torch.Tensor   # (T,) pool slot each row's K/V is written to
-    groups: list[Group]          # decode and prefill apart, each in calls of a bounded size
+    groups: list[Group]          # one in place (every row); or, gathered, decode and prefill
+                                 # apart, each in calls of a bounded size
     logit_rows: torch.Tensor     # (S,) the rows whose logits are wanted: each request's last
                                  # num_logits rows (none for a chunk short of its prompt's end)
     num_rows: int

@@ -14,6 +14,7 @@ import torch
 
 from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine import model as model_mod
+from mini_engine.kv_quant import QuantizedPool
 from mini_engine.model import RequestChunk, make_batch
 
 PAGE = 16
@@ -160,6 +161,9 @@ def test_a_batch_made_in_place_refuses_a_pool_the_c_cannot_read():
     wrong answer (the engine makes no in-place group for them)."""
     q, k, v, pool, chunks, page = prefill_step()
     batch = make_batch(chunks, page, 3, torch.float32)
+    eight_bits = QuantizedPool.allocate(pool.shape[0] * page, 3, 64, "fp8", "token")
+    with pytest.raises(ValueError, match="in_place=False"):
+        attend(SMOL, q, k, v, batch, eight_bits)
     with pytest.raises(ValueError, match="in_place=False"):
         attend(SMOL, q.half(), k.half(), v.half(), batch, pool.half())
 

@@ -40,7 +40,7 @@ def test_the_figures_that_follow_from_others():
     assert record.fusion_floor(16) == pytest.approx((37.0 - 6.5) / 37.0)
     assert record.speedup == pytest.approx(1.1)
     assert record.vllm_speedup == pytest.approx(1.3)
-    assert record.over_vllm("eager") == pytest.approx(290 / 250)    # in the same rounds
+    assert record.over_vllm("eager") == pytest.approx(278 / 250)    # in the same rounds
     assert record.over_vllm("compiled") == pytest.approx(308 / 280)
     record.compiled = None
     assert record.step_ratio(16) is None and record.speedup is None
@@ -76,8 +76,8 @@ def test_the_insight_says_what_the_figures_show():
     # 0.15 / 4 GB = 4% saved against 30% more tokens/s given up
     assert_says(lines[3], "4%", "30% more tokens/s", "64 s", branch="wrong trade",
                 not_branch="right trade")
-    # task 9's workload, in turns: 290 / 250 = 1.16x eager, 308 / 280 = 1.10x compiled
-    assert_says(lines[4], "1.16x", "1.10x", branch="vLLM more than mini_engine",
+    # task 9's workload, in turns: 278 / 250 = 1.11x eager, 308 / 280 = 1.10x compiled
+    assert_says(lines[4], "1.11x", "1.10x", branch="vLLM more than mini_engine",
                 not_branch="mini_engine as much")
     # part 4 at 1,024 and 16: 124.2 ms (one call 183.8), 124.2 / 18.5 = 6.7x; vLLM 41.4 ms,
     # 41.4 / 5.2 = 8.0x; 124.2 / 41.4 = 3.0x now, 18.5 / 5.2 = 3.6x at 128
@@ -101,7 +101,7 @@ def test_the_insight_changes_when_the_figures_do():
                 not_branch="answers changed")
     assert_says(lines[3], "8%", "2%", branch="right trade", not_branch="wrong trade")
     record.vllm["compiled"].workload_tokens_per_s = 200.0    # 308 / 200 = 1.54x
-    assert_says(task_13_report.insight(record)[4], "1.16x", "1.54x",
+    assert_says(task_13_report.insight(record)[4], "1.11x", "1.54x",
                 branch="mini_engine as much", not_branch="vLLM more than mini_engine")
     record.vllm["compiled"].batch_tokens_per_s = 405.0       # 0.90x: compiling cost speed
     assert_says(task_13_report.insight(record)[3], "-10%", "+8%", branch="no trade to weigh",
@@ -133,7 +133,7 @@ def test_the_report_prints_every_part(capsys):
     assert_fits(out)
     assert "38 of 48 requests identical" in out and "15 of 16 answers the same" in out
     assert "1.33x at 1, 1.30x at 16" in out            # 56 / 42, 585 / 450
-    assert "290.0, vLLM 250.0 tok/s: 1.16x vLLM" in " ".join(out.split())
+    assert "278.0, vLLM 250.0 tok/s: 1.11x vLLM" in " ".join(out.split())
     # part 4's row at 1,024: mini 1, vLLM 1, one call 16, mini 16, vLLM 16
     assert ["1,024", "9.8", "2.7", "183.8", "124.2", "41.4"] in [
         line.replace("│", " ").split() for line in out.splitlines()]

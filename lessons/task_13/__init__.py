@@ -2,7 +2,7 @@
 turned compilation off, to save memory). Read in this order:
 
     task_13_compiled_step.py   sets up and measures, then prints
-    vllm_run.py                part 3's fresh process: vLLM eager or compiled, measured alone
+    vllm_run.py                part 3's fresh process: vLLM eager or compiled, taking turns
     attention.py               part 4: a decode step's attention as the context grows, both engines
     record.py                  CompiledStep, the record it saves, the summary's row
     report.py                  the printing and the KEY INSIGHT lines

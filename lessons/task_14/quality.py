@@ -11,7 +11,7 @@ import torch
 
 from lessons.task_14.record import Throughput
 from mini_engine import EngineConfig, LLMEngine
-from mini_engine.model import RequestChunk, make_batch
+from mini_engine.model import RequestChunk
 
 STUCK_TAIL = 12        # an answer is stuck when its last 12 tokens repeat a cycle of 1-4 tokens
 
@@ -46,8 +46,7 @@ def passage_logprobs(model, ids: list[int], kv: tuple[str, str], page: int) -> l
     num_pages = -(-len(ids) // page)
     eng = engine(model, [], kv, (num_pages + 1) * page * 2 * model.kv_bytes_per_token, page,
                  len(ids), max_batch=1)
-    batch = make_batch([RequestChunk(ids, 0, list(range(num_pages)), num_logits=len(ids))], page,
-                       model.heads_per_kv, model.dtype, in_place=eng.in_place)     # off: above
+    batch = eng.batch_of([RequestChunk(ids, 0, list(range(num_pages)), num_logits=len(ids))])
     logits = model.forward(batch, eng.kv_cache).float()                       # (n, V)
     logp = torch.log_softmax(logits[:-1], dim=-1)
     return logp.gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1).tolist()

@@ -210,7 +210,6 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
     why a mode did not run)."""
     mini = {name: functools.partial(run_workload, new_engine, workload)
             for name, (new_engine, _) in ways.items()}
-    passes: dict[str, list] = {name: [] for name in ways}
     if args.no_vllm:
         modes, skipped = [], None
     else:
@@ -219,6 +218,10 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
         skipped = (f"vLLM compiles with inductor too: {why_not}"
                    if "compiled" in args.vllm_modes and why_not else
                    f"--vllm-modes left {' and '.join(left_out)} out" if left_out else None)
+    if not modes:
+        progress("Parts 1-2: task 9's workload, each way in turn...")
+        return turns.in_turns(mini, TIMED_PASSES), (None if args.no_vllm else {}), skipped
+    passes: dict[str, list] = {name: [] for name in ways}
     vllm: dict[str, VllmMode] = {}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump([[r.prompt_ids, r.num_output] for r in workload], f)
@@ -235,11 +238,7 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
                 **ready, peak_pss_bytes=child.peak_bytes,
                 workload_tokens_per_s=max(p["tokens"] / p["seconds"] for p in rounds["vllm"]),
                 mini_tokens_per_s=max(mini_tokens_per_s(p) for p in rounds[mode]))
-    if not modes:
-        progress("Parts 1-2: task 9's workload, each way in turn...")
-        for name, found in turns.in_turns(mini, TIMED_PASSES).items():
-            passes[name] += found
-    return passes, (None if args.no_vllm else vllm), skipped
+    return passes, vllm, skipped
 
 
 # --- part 4: attention as the context grows ---------------------------------------------------

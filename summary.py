@@ -178,8 +178,9 @@ def print_lab_run(run: results.LabRun) -> None:
     report.row("Budget (GB)", f"{MEMORY_BUDGET_BYTES / GB:.1f} (the source ran in a 4 GB VM)")
     report.paragraph("Peak memory = PSS of the script, its children and the lab's vLLM server "
                      "(API server, engine core holding the worker, multiprocessing's resource "
-                     "tracker), "
-                     f"sampled every {memory.SAMPLE_INTERVAL_S:g} s.")
+                     "tracker): the processes' RSS checked every "
+                     f"{memory.SAMPLE_INTERVAL_S:g} s, their PSS read where it rose "
+                     f"(and every {memory.PSS_EVERY_S:g} s).")
 
 
 def print_what_ran(res: dict[str, results.Result], summary: Summary) -> None:

@@ -7,12 +7,20 @@ Memory is PSS (proportional set size; psutil's memory_full_info().pss, which Lin
 and the engine core) counts half in each, so the sum over the processes is what they take
 together, which is what a 4 GB VM has to hold. RSS would count shared pages twice. The process
 tree comes from psutil too (Process.children(recursive=True)).
+
+Reading PSS is not free: the kernel walks every page of the process to split the shared ones,
+about 15 ms of a core for a process of half a GB. Read four times a second from every process of
+a step, it took a sixth of a core from the work it measured, and on 2 cores that work's threads
+wait for the one the reads delay (docs/measurements.md, "What the memory sampler cost"). So the
+sampler reads each process's RSS every interval, which costs next to nothing, and its PSS only
+where the peak can have moved (PeakMemory).
 """
 from __future__ import annotations
 
 import ctypes
 import gc
 import os
+import time
 
 import psutil
 
@@ -20,6 +28,10 @@ from common import server
 from common.poller import Poller
 
 SAMPLE_INTERVAL_S = 0.25
+# PeakMemory reads PSS where the processes' RSS rose by this much since its last reading (under
+# the 0.01 GB the reports print), where a process came or went, and at least this often:
+RSS_STEP_BYTES = 8 * 2**20
+PSS_EVERY_S = 5.0
 
 
 def pss_bytes(pid: int) -> int:
@@ -31,6 +43,14 @@ def pss_bytes(pid: int) -> int:
             return process.memory_full_info().pss
         except psutil.AccessDenied:
             return process.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return 0
+
+
+def rss_bytes(pid: int) -> int:
+    """RSS of one process (0 when it is gone): a line of /proc/<pid>/statm, no page walk."""
+    try:
+        return psutil.Process(pid).memory_info().rss
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return 0
 
@@ -66,7 +86,15 @@ def server_memory(pid: int) -> tuple[int, int]:
 
 class PeakMemory(Poller):
     """Samples the memory of a step (its process tree + the lab server on server_port, which an
-    earlier step may have started) in the background."""
+    earlier step may have started) in the background: its peak PSS, and how many processes
+    held memory then.
+
+    Every interval it lists the processes and reads their RSS; it reads their PSS (the costly
+    part: module docstring) only where the peak can have moved since its last reading: the RSS
+    total rose by RSS_STEP_BYTES, a process came or went, or PSS_EVERY_S passed. A page counts in
+    PSS at most as fully as in RSS, so the PSS total grows with the RSS, except where a sharer of
+    its pages leaves: within the tree that is a process gone, outside it the floor of PSS_EVERY_S
+    catches it. While a step holds its memory steady (a timed pass) that is one reading in 5 s."""
 
     def __init__(self, root_pid: int, server_port: int | None = None,
                  interval_s: float = SAMPLE_INTERVAL_S):
@@ -75,15 +103,25 @@ class PeakMemory(Poller):
         self.server_port = server_port
         self.peak_bytes = 0
         self.peak_processes = 0
-        self.num_samples = 0
+        self.num_samples = 0            # RSS readings
+        self.num_pss_readings = 0
+        self._last_reading: tuple[frozenset[int], int, float] | None = None  # pids, RSS, when
 
     def poll(self) -> None:
         # the API server leads its process group (started in a session of its own)
         group = server.lab_server_pid(self.server_port) if self.server_port else None
-        total, num_processes = tree_memory(self.root_pid, {group} - {None})
+        pids = frozenset(step_pids(self.root_pid, {group} - {None}))
+        rss, now = sum(rss_bytes(pid) for pid in pids), time.monotonic()
         self.num_samples += 1
-        if total > self.peak_bytes:
-            self.peak_bytes, self.peak_processes = total, num_processes
+        last = self._last_reading
+        if (last is not None and pids == last[0] and rss < last[1] + RSS_STEP_BYTES
+                and now - last[2] < PSS_EVERY_S):
+            return
+        sizes = [pss_bytes(pid) for pid in pids]
+        self._last_reading = (pids, rss, now)
+        self.num_pss_readings += 1
+        if sum(sizes) > self.peak_bytes:
+            self.peak_bytes, self.peak_processes = sum(sizes), sum(1 for size in sizes if size)
 
 
 def give_memory_back() -> None:

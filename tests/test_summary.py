@@ -435,6 +435,21 @@ def test_peak_memory_counts_the_children_too():
     assert peak.peak_processes == 2 and peak.num_samples > 5
 
 
+def test_pss_is_read_only_where_the_peak_can_move():
+    """A process that holds 100 MiB, then 200: the peak is the second, yet PSS (a walk of every
+    page, the costly reading) is read where the RSS rose, not at every sample."""
+    touch = "b{i} = bytearray(100 * 2**20); b{i}[::4096] = b'x' * len(b{i}[::4096]); "
+    code = ("import sys, time; " + touch.format(i=1) + "time.sleep(1.5); " + touch.format(i=2)
+            + "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(1.5)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    with memory.PeakMemory(proc.pid, interval_s=0.05) as peak:
+        proc.wait()
+    assert 200 * 2**20 < peak.peak_bytes < 200 * 2**20 + 60e6
+    assert peak.num_samples > 20
+    # the start, each 8 MiB of the interpreter's and the two arrays' growth seen by a sample
+    assert 2 <= peak.num_pss_readings <= peak.num_samples // 4
+
+
 def test_pss_of_a_gone_process_is_zero():
     assert memory.pss_bytes(2**22 + 12345) == 0
 

@@ -8,12 +8,10 @@ and the engine core) counts half in each, so the sum over the processes is what 
 together, which is what a 4 GB VM has to hold. RSS would count shared pages twice. The process
 tree comes from psutil too (Process.children(recursive=True)).
 
-Reading PSS is not free: the kernel walks every page of the process to split the shared ones,
-about 15 ms of a core for a process of half a GB. Read four times a second from every process of
-a step, it took a sixth of a core from the work it measured, and on 2 cores that work's threads
-wait for the one the reads delay (docs/measurements.md, "What the memory sampler cost"). So the
-sampler reads each process's RSS every interval, which costs next to nothing, and its PSS only
-where the peak can have moved (PeakMemory).
+Reading PSS is not free: the kernel walks every page of the process to split the shared ones.
+Read four times a second from every process of a step, it slowed the work it measured by a
+seventh and more on 2 cores (docs/measurements.md, "What the memory sampler cost"). So the sampler reads each process's RSS every interval, which costs
+next to nothing, and its PSS only where the peak can have moved (PeakMemory).
 """
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ tree comes from psutil too (Process.children(recursive=True)).
 
 Reading PSS is not free: the kernel walks every page of the process to split the shared ones.
 Read four times a second from every process of a step, it slowed the work it measured by a
-seventh and more on 2 cores (docs/measurements.md, "What the memory sampler cost"). So the sampler reads each process's RSS every interval, which costs
-next to nothing, and its PSS only where the peak can have moved (PeakMemory).
+seventh and more on 2 cores (docs/measurements.md, "What the memory sampler cost"). So the
+sampler reads each process's RSS every interval, which costs next to nothing, and its PSS only
+where the peak can have moved (PeakMemory).
 """
 from __future__ import annotations
 

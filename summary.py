@@ -179,8 +179,8 @@ def print_lab_run(run: results.LabRun) -> None:
     report.paragraph("Peak memory = PSS of the script, its children and the lab's vLLM server "
                      "(API server, engine core holding the worker, multiprocessing's resource "
                      "tracker): the processes' RSS checked every "
-                     f"{memory.SAMPLE_INTERVAL_S:g} s, their PSS read where it rose "
-                     f"(and every {memory.PSS_EVERY_S:g} s).")
+                     f"{memory.SAMPLE_INTERVAL_S:g} s, their PSS read when the RSS rose "
+                     f"{memory.RSS_STEP_BYTES >> 20} MiB, and every {memory.PSS_EVERY_S:g} s.")
 
 
 def print_what_ran(res: dict[str, results.Result], summary: Summary) -> None:

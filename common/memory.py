@@ -27,8 +27,8 @@ from common import server
 from common.poller import Poller
 
 SAMPLE_INTERVAL_S = 0.25
-# PeakMemory reads PSS where the processes' RSS rose by this much since its last reading (under
-# the 0.01 GB the reports print), where a process came or went, and at least this often:
+# PeakMemory reads PSS where the processes' RSS rose by this much above its last reading (about
+# the 0.01 GB the reports print), and at least this often:
 RSS_STEP_BYTES = 8 * 2**20
 PSS_EVERY_S = 5.0
 
@@ -89,11 +89,16 @@ class PeakMemory(Poller):
     held memory then.
 
     Every interval it lists the processes and reads their RSS; it reads their PSS (the costly
-    part: module docstring) only where the peak can have moved since its last reading: the RSS
-    total rose by RSS_STEP_BYTES, a process came or went, or PSS_EVERY_S passed. A page counts in
-    PSS at most as fully as in RSS, so the PSS total grows with the RSS, except where a sharer of
-    its pages leaves: within the tree that is a process gone, outside it the floor of PSS_EVERY_S
-    catches it. While a step holds its memory steady (a timed pass) that is one reading in 5 s."""
+    part: module docstring) only when the RSS total rose by RSS_STEP_BYTES above what it was at
+    the last reading, or PSS_EVERY_S has passed. A page mapped moves PSS and RSS up together, so
+    a new peak shows in the RSS first, save in three cases that the floor of PSS_EVERY_S catches,
+    late by at most that long (a rise of these kinds that lasts less can be missed): pages stop
+    being shared (a sharer unmaps them or exits) while the RSS stands still; a page shared since
+    a fork is written to (copy-on-write; vLLM on a CPU spawns its processes rather than fork
+    them); the RSS falls, then rises again to less than the level last read, with fewer of its
+    pages shared. A fall alone reads nothing: an engine freed and made again each pass (task 13)
+    costs no reading. While a step holds its memory steady that is one reading in 5 s.
+    """
 
     def __init__(self, root_pid: int, server_port: int | None = None,
                  interval_s: float = SAMPLE_INTERVAL_S):
@@ -104,20 +109,19 @@ class PeakMemory(Poller):
         self.peak_processes = 0
         self.num_samples = 0            # RSS readings
         self.num_pss_readings = 0
-        self._last_reading: tuple[frozenset[int], int, float] | None = None  # pids, RSS, when
+        self._last_reading: tuple[int, float] | None = None    # the RSS total then, when
 
     def poll(self) -> None:
         # the API server leads its process group (started in a session of its own)
         group = server.lab_server_pid(self.server_port) if self.server_port else None
-        pids = frozenset(step_pids(self.root_pid, {group} - {None}))
+        pids = step_pids(self.root_pid, {group} - {None})
         rss, now = sum(rss_bytes(pid) for pid in pids), time.monotonic()
         self.num_samples += 1
         last = self._last_reading
-        if (last is not None and pids == last[0] and rss < last[1] + RSS_STEP_BYTES
-                and now - last[2] < PSS_EVERY_S):
+        if last is not None and rss < last[0] + RSS_STEP_BYTES and now - last[1] < PSS_EVERY_S:
             return
         sizes = [pss_bytes(pid) for pid in pids]
-        self._last_reading = (pids, rss, now)
+        self._last_reading = (rss, now)
         self.num_pss_readings += 1
         if sum(sizes) > self.peak_bytes:
             self.peak_bytes, self.peak_processes = sum(sizes), sum(1 for size in sizes if size)

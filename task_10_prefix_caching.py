@@ -32,11 +32,10 @@ insights (report.py), the figure of the shared pages (figure.py).
 """
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 
-from common import cli, engine, figures, load, metrics, report, results, server, settings
+from common import cli, engine, figures, load, memory, metrics, report, results, server, settings
 from lessons.task_10.figure import draw_shared_pages
 from lessons.task_10.record import (LABELS, Correctness, EngineRun, OfflineRequest, PageSnapshot,
                                     PrefixCaching, ServerRun, Settings, summary_row)
@@ -169,7 +168,7 @@ def measure_engine(model_path: str, dtype: str, eos_ids, workloads: tuple[Worklo
     model.choose_kernels((1, s.max_num_seqs))   # the warm-up: part 3 measures speed
     runs = [off_and_on(model, eos_ids, w, s) for w in workloads]
     del model   # vLLM's engines need the memory
-    gc.collect()
+    memory.give_memory_back()
     return runs
 
 

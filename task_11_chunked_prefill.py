@@ -33,10 +33,9 @@ This file sets up and measures, then prints; beside it in lessons/task_11/: the 
 """
 from __future__ import annotations
 
-import gc
 import time
 
-from common import cli, figures, load, metrics, report, results, server, settings
+from common import cli, figures, load, memory, metrics, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_11.figure import draw_chunking
@@ -194,7 +193,7 @@ def measure_engine(model_path: str, dtype: str, eos_ids, w: Workload, s: Setting
     model.choose_kernels((1, s.num_chats + s.num_long_docs))
     runs = sweep(model, eos_ids, w, s)
     del model   # vLLM's server needs the memory
-    gc.collect()
+    memory.give_memory_back()
     return runs
 
 

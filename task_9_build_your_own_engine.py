@@ -27,13 +27,12 @@ its report: lessons/task_9/report.py; its figures: lessons/task_9/figure.py.
 """
 from __future__ import annotations
 
-import gc
 import random
 import statistics
 import time
 from dataclasses import dataclass
 
-from common import cli, engine, figures, kv, load, report, results, settings
+from common import cli, engine, figures, kv, load, memory, report, results, settings
 from common.shape import ModelShape, torch_dtype
 from lessons.task_9 import figure, profile, record
 from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
@@ -283,7 +282,7 @@ def main(argv: list[str] | None = None) -> OwnEngine:
         progress("Part 4: transformers' generate, static batches...")
         run.transformers_static = run_hf_static(hf_model, tokenizer, workload, args.max_batch)
         del hf_model, model, engines   # vLLM's engine needs the memory they hold
-        gc.collect()
+        memory.give_memory_back()
         progress("Part 4: vLLM's LLM.generate...")
         run.vllm = run_vllm(model_choice.path, dtype.dtype, workload, args.max_batch)
     progress("done")

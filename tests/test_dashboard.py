@@ -417,6 +417,19 @@ def check_plots(driver) -> dict[str, tuple[float, float]]:
     return y_ranges
 
 
+def drawn_plots(driver, timeout_s: float = 60) -> dict[str, tuple[float, float]]:
+    """check_plots once every line has its second point: a slow machine draws a frame later
+    than a fast one, so wait for the lines, not for a time. Past timeout_s, its failure."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return check_plots(driver)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_dashboard_plots_in_a_real_browser(tmp_path):
     """The page against captured /metrics texts (no vLLM): idle at first, so the latency plot's
     first frames have no value; then 12 requests running; then finished. Every plot must still
@@ -439,8 +452,7 @@ def test_dashboard_plots_in_a_real_browser(tmp_path):
         wait_for(driver, "figures", r"Requests running\s+12")
         endpoint.text = AFTER
         e2e = wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+(\d+\.\d{3})")
-        time.sleep(1.5)                                # a few frames more: lines, not points
-        low, high = check_plots(driver)["Mean latency, last 10 s"]
+        low, high = drawn_plots(driver)["Mean latency, last 10 s"]
         assert low <= float(e2e.group(1)) <= high
         assert driver.save_screenshot(str(tmp_path / "dashboard_plots.png"))
     finally:
@@ -486,8 +498,7 @@ def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
         assert float(rate.group(1)) > 0
         wait_for(driver, "load-status", r"Last load: 20/20 requests ok in [\d.]+ s, 2,000 tokens")
         e2e = wait_for(driver, "figures", r"Mean e2e latency, last 10 s \(s\)\s+(\d+\.\d{3})")
-        time.sleep(2)                      # a few frames more: the latency plot's lines
-        low, high = check_plots(driver)["Mean latency, last 10 s"]
+        low, high = drawn_plots(driver)["Mean latency, last 10 s"]
         assert low <= float(e2e.group(1)) <= high
         # in the test's own folder (pytest keeps the last 3 runs' under /tmp/pytest-of-$USER),
         # never in the learner's results/

@@ -298,7 +298,8 @@ def roofline_section(res: dict[str, results.Result], measure: bool, summary: Sum
     cost = rl.model_cost(config, dtype)
     steps_measured = measured_steps(res)
     found = rl.machine_figures(config, dtype, rl.floor_batches(steps_measured),
-                               settings.num_cores(), measure=measure, save=True)
+                               settings.num_cores(), measure=measure,
+                               measure_floor=True)
     summary.roofline = rl.place(steps_measured, cost, found.machine, context, found.floor)
     summary.engine_point = engine_point(res, dtype)
     print_roofline(summary.roofline, found.source)

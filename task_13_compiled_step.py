@@ -40,7 +40,7 @@ import time
 
 import psutil
 
-from common import cli, figures, memory, report, results, settings, turns
+from common import cli, figures, measure, memory, report, results, settings
 from lessons.task_13 import attention
 from lessons.task_13.figure import draw_step
 from lessons.task_13.record import (AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode,
@@ -186,11 +186,11 @@ def engine_modes(ways: dict, passes: dict, workload) -> tuple:
 
 
 # --- part 3: vLLM, a fresh process each way, taking turns with mini_engine ---------------------
-def start_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> turns.Child:
+def start_vllm(path: str, dtype: str, s: Settings, mode: str, workload_file: str) -> measure.Child:
     """vLLM one way, in a fresh process (lessons/task_13/vllm_run.py), its memory sampled while
     it lives: it measures its start-up, one request and many, then runs task 9's workload each
     time it is asked."""
-    return turns.Child(f"vLLM {mode}", [
+    return measure.Child(f"vLLM {mode}", [
         "-m", "lessons.task_13.vllm_run", "--model", path, "--dtype", dtype, "--mode", mode,
         "--requests", str(s.vllm_requests), "--tokens", str(s.vllm_tokens),
         "--max-num-seqs", str(s.max_batch), "--workload", workload_file], VLLM_TIMEOUT_S)
@@ -203,7 +203,7 @@ def mini_tokens_per_s(found_pass) -> float:
 
 def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, workload,
                       why_not: str | None, progress) -> tuple[dict, dict | None, str | None]:
-    """Task 9's workload, the ways taking turns (common/turns.py: an untimed pass, then
+    """Task 9's workload, the ways taking turns (common/measure.py: an untimed pass, then
     TIMED_PASSES rounds): mini_engine's ways with each vLLM mode asked for, one vLLM process at a
     time (eager first), so that each ratio to vLLM comes from the same rounds; mini_engine's
     alone with --no-vllm. (each mini_engine way's timed passes, vLLM's modes (None: --no-vllm),
@@ -220,7 +220,7 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
                    f"--vllm-modes left {' and '.join(left_out)} out" if left_out else None)
     if not modes:
         progress("Parts 1-2: task 9's workload, each way in turn...")
-        return turns.in_turns(mini, TIMED_PASSES), (None if args.no_vllm else {}), skipped
+        return measure.in_turns(mini, TIMED_PASSES), (None if args.no_vllm else {}), skipped
     passes: dict[str, list] = {name: [] for name in ways}
     vllm: dict[str, VllmMode] = {}
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
@@ -231,7 +231,7 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
             with start_vllm(path, dtype, s, mode, f.name) as child:
                 ready = child.ready()
                 progress(f"Task 9's workload, in turns with vLLM {mode}...")
-                rounds = turns.in_turns({**mini, "vllm": child.run_pass}, TIMED_PASSES)
+                rounds = measure.in_turns({**mini, "vllm": child.run_pass}, TIMED_PASSES)
             for name in ways:
                 passes[name] += rounds[name]
             vllm[mode] = VllmMode(

@@ -27,7 +27,7 @@ same prompts, and a cache kept from the pass before would skip their prefill.
 The ways take turns. Each process is started and set up in turn (model loaded, kernels chosen,
 graphs compiled; one at a time, so that no set-up slows another), then waits; then each runs the
 workload once, untimed, then TIMED_PASSES rounds in which every way runs it once more, one way
-at a time (common/turns.py says why). Each way keeps its fastest timed pass. Ways timed one
+at a time (common/measure.py says why). Each way keeps its fastest timed pass. Ways timed one
 after the other, as this benchmark once did, measured the hour as much as the engine
 (mini-compiled came out 0.92x mini-eager in one such run; a pass of each in one process right
 after, 1.06x). mini_engine's eager ways also time attention with task 9's profiler. The ways'
@@ -51,7 +51,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import cli, report, results, settings, turns  # noqa: E402
+from common import cli, measure, report, results, settings  # noqa: E402
 from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a call)
 
 SCRIPT = "long_context"
@@ -163,18 +163,18 @@ def vllm_passes(args, work, way: str) -> Callable[[], dict]:
 
 
 def child(args) -> None:
-    """Set up, then run a pass each time the parent asks (common/turns.py's serve)."""
+    """Set up, then run a pass each time the parent asks (common/measure.py's serve)."""
     from transformers import AutoConfig
     vocab = AutoConfig.from_pretrained(args.model_path).vocab_size
     work = workload(args.requests, args.max_prompt, args.max_output, vocab)
-    turns.serve((vllm_passes if args.child.startswith("vllm") else mini_passes)(
+    measure.serve((vllm_passes if args.child.startswith("vllm") else mini_passes)(
         args, work, args.child))
 
 
-def start(args, way: str) -> turns.Child:
+def start(args, way: str) -> measure.Child:
     """This way's process (this file, --child), its memory sampled while it lives."""
     # the vLLM eager child sets TORCHDYNAMO_DISABLE itself; the others must not inherit it
-    return turns.Child(way, [os.path.abspath(__file__), "--child", way, "--model-path",
+    return measure.Child(way, [os.path.abspath(__file__), "--child", way, "--model-path",
                              args.model_path, "--dtype", args.dtype, "--requests",
                              str(args.requests), "--max-prompt", str(args.max_prompt),
                              "--max-output", str(args.max_output)],
@@ -182,15 +182,15 @@ def start(args, way: str) -> turns.Child:
 
 
 def take_turns(args, progress) -> list[Way]:
-    """Every way set up in turn, then its passes taking turns with the others' (common/turns.py);
+    """Every way set up in turn, then its passes taking turns with the others' (common/measure.py);
     each way's fastest timed pass, with all its timed passes."""
-    children: list[turns.Child] = []
+    children: list[measure.Child] = []
     try:
         for way in args.ways:
             progress(f"{way}: setting up, in a fresh process...")
             children.append(start(args, way))
             children[-1].ready()
-        passes = turns.in_turns(
+        passes = measure.in_turns(
             {c.way: c.run_pass for c in children}, TIMED_PASSES,
             lambda way, round_: progress(f"{way}: pass {round_ + 1} of {TIMED_PASSES + 1}"
                                          + (" (untimed)" if round_ == 0 else "")))

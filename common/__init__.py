@@ -14,6 +14,7 @@ load         - the load generator: concurrent streamed requests, TTFT/TPOT/laten
 metrics      - vLLM's Prometheus /metrics, parsed; a sampler of running/waiting during a load
 poller       - a background thread that calls a function every few seconds
 memory       - peak memory (PSS) of a process, its children and the lab's server
+measure      - one way of timing: passes in turns, the median and its spread, the best pass
 roofline     - the roofline of decoding: ceilings, kernel floor, steps placed on three rungs,
                its figure
 report       - the boxed report every script prints (printing only)

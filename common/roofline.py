@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from common import results, shape
+from common import measure, results, shape
 from common.shape import DTYPE_BYTES, ModelShape
 
 
@@ -78,10 +78,19 @@ def model_cost(config: dict, dtype: str, dtype_bytes: int | None = None) -> Mode
 
 @dataclass
 class Machine(results.Record):
-    bandwidth_bytes_s: float                  # memory read bandwidth
+    bandwidth_bytes_s: float                  # memory read bandwidth: the best pass
     flops_s: dict[str, float]                 # dtype -> matmul FLOP/s
     threads: int
     matmul_n: dict[str, int] | None = None    # dtype -> n of the n x n products measured
+    bandwidth_passes: measure.Spread | None = None   # every pass of it, bytes/s
+
+    def bandwidth_text(self) -> str:
+        """'23.6 GB/s (best of 5 passes: 21.0-23.6)', for every report that reads it."""
+        p = self.bandwidth_passes
+        if p is None or p.num_passes < 2:
+            return f"{self.bandwidth_bytes_s / 1e9:.1f} GB/s"
+        return (f"{self.bandwidth_bytes_s / 1e9:.1f} GB/s (best of {p.num_passes} passes: "
+                f"{p.low / 1e9:.1f}-{p.high / 1e9:.1f})")
 
 
 @dataclass
@@ -122,53 +131,46 @@ MATMUL_MAX_N = 1024     # 1024 x 1024 x 1024: 2.1 GFLOP per product
 MATMUL_TARGET_S = 0.1   # a product takes about this long, even where bf16 is slow (no native bf16)
 
 
-def _best_s(fn, repeats: int, budget_s: float = float("inf")) -> float:
-    """Best time of `repeats` runs after one warm-up; fewer once the runs took budget_s."""
-    fn()                                   # warm-up: page faults, thread pool, kernel choice
-    best, spent = float("inf"), 0.0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        took = time.perf_counter() - start
-        best, spent = min(best, took), spent + took
-        if spent > budget_s:
-            break
-    return best
-
-
 def _matmul_flops(torch, dtype) -> tuple[float, int]:
     """(FLOP/s, n) of n x n products: n = 1024, or smaller where one would take over 0.1 s
     (bf16 without native support runs at ~0.3 GFLOP/s: a 1024 product would take 7 s)."""
     a = torch.randn(256, 256).to(dtype)
-    probe_s = _best_s(lambda: a @ a, repeats=1)
+    probe_s = measure.best_s(lambda: a @ a, repeats=1)
     n = int(256 * (MATMUL_TARGET_S / probe_s) ** (1 / 3)) // 64 * 64
     n = max(64, min(MATMUL_MAX_N, n))
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    return 2 * n ** 3 / _best_s(lambda: a @ b, repeats=3), n
+    return 2 * n ** 3 / measure.best_s(lambda: a @ b, repeats=3), n
 
 
-def measure_bandwidth(threads: int) -> float:
-    """Read bandwidth in bytes/s: sum a 256 MiB float32 tensor (reads only, as a decode step
-    reads weights), best of BANDWIDTH_REPEATS; the tensor is freed on return."""
+def measure_bandwidth(threads: int) -> measure.Spread:
+    """Read bandwidth in bytes/s, every pass: sum a 256 MiB float32 tensor (reads only, as a
+    decode step reads weights), BANDWIDTH_REPEATS times after one untimed sum; the tensor is
+    freed on return. The ceiling is the best pass (common/measure.py says why)."""
     import torch
 
     torch.set_num_threads(threads)
     x = torch.ones(BANDWIDTH_MIB * 1024 * 1024 // 4, dtype=torch.float32)
-    return x.numel() * 4 / _best_s(x.sum, repeats=BANDWIDTH_REPEATS)
+    x.sum()
+    passes = []
+    for _ in range(BANDWIDTH_REPEATS):
+        start = time.perf_counter()
+        x.sum()
+        passes.append(x.numel() * 4 / (time.perf_counter() - start))
+    return measure.Spread.of(passes)
 
 
 def measure_machine(threads: int) -> Machine:
     """Read bandwidth: sum a 256 MiB float32 tensor (reads only, as a decode step reads weights);
-    matmul: n x n products in float32 and bfloat16 (n up to 1024). Best of a few runs each, with
-    the threads the engine uses."""
+    matmul: n x n products in float32 and bfloat16 (n up to 1024). The best of a few passes each
+    (they are ceilings), with the threads the engine uses."""
     import torch
 
     bandwidth = measure_bandwidth(threads)
     flops, sizes = {}, {}
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         flops[name], sizes[name] = _matmul_flops(torch, dtype)
-    return Machine(bandwidth_bytes_s=bandwidth, flops_s=flops, threads=threads,
-                   matmul_n=sizes)
+    return Machine(bandwidth_bytes_s=bandwidth.high, flops_s=flops, threads=threads,
+                   matmul_n=sizes, bandwidth_passes=bandwidth)
 
 
 # --- the kernel floor: the model's own matmuls on this machine's library ----------------------
@@ -225,7 +227,7 @@ def measure_kernel_floor(config: dict, dtype: str, threads: int, batches) -> Ker
         return run
 
     with torch.inference_mode():
-        step_s = {b: _best_s(one_step(b), FLOOR_REPEATS, FLOOR_BUDGET_S)
+        step_s = {b: measure.best_s(one_step(b), FLOOR_REPEATS, FLOOR_BUDGET_S)
                   for b in sorted(set(batches))}
     return KernelFloor(dtype=dtype, threads=threads,
                        matmul_params=sum(o * i for o, i in shapes), step_s=step_s)
@@ -387,7 +389,7 @@ def _batched(steps: list[MeasuredStep]) -> set[str]:
     return {s.name for s in steps if s.users > 1}
 
 
-# --- the machine's figures: saved once (results/machine.json), read by the summary and task 9 ---
+# --- the machine's figures: measured once a run (results/machine.json), read by every step ---
 @dataclass
 class SavedMachine(results.Result):
     """results/machine.json: the ceilings and the kernel floor, measured once (`make lab`)."""
@@ -404,12 +406,13 @@ class MachineFigures:
 
 
 def machine_figures(config: dict, dtype: str, batches, threads: int, *, measure: bool = False,
-                    measure_floor: bool = False, save: bool = False) -> MachineFigures:
-    """The one loader of the machine's figures: the ceilings saved in results/machine.json
-    (measured once, on the machine the lab ran on), or measured now when none are saved (or
-    measure). The kernel floor: the saved one when it covers this model, dtype and batches,
-    else measured now when measure or measure_floor, else None. save writes what was measured
-    to results/machine.json (the summary does; task 9 reads it)."""
+                    measure_floor: bool = False) -> MachineFigures:
+    """The one loader of the machine's figures, so that every task of a run and the summary read
+    the same ones: the ceilings saved in results/machine.json (measured once, by the first step
+    that needs them; `make lab` clears the file when it starts), or measured now when none are
+    saved (or measure). The kernel floor: the saved one where it covers this model, dtype and
+    batches; else, with measure_floor, the missing batch sizes measured now and added. Whatever
+    was measured now is saved for the steps after."""
     import socket
 
     try:
@@ -417,18 +420,22 @@ def machine_figures(config: dict, dtype: str, batches, threads: int, *, measure:
     except results.StaleResult:
         saved = None   # from an older lab: measured again
     cost = model_cost(config, dtype)
-    if saved is not None:
-        floor = saved.kernel_floor
-        if floor is None or not floor.covers(cost, batches):
-            floor = measure_kernel_floor(config, dtype, threads, batches) if measure_floor else floor
-        return MachineFigures(saved.machine, floor,
-                              f"measured {saved.measured_at[:16].replace('T', ' ')} on {saved.host}")
-    machine = measure_machine(threads)
-    floor = measure_kernel_floor(config, dtype, threads, batches)
-    if save:
-        results.save("machine", SavedMachine(machine=machine, kernel_floor=floor,
-                                             host=socket.gethostname()))
-    return MachineFigures(machine, floor, f"measured now on {socket.gethostname()}")
+    if saved is None:
+        machine = measure_machine(threads)
+        saved = SavedMachine(machine=machine, kernel_floor=None, host=socket.gethostname())
+        source = f"measured now on {saved.host}"
+        measure_floor = True
+    else:
+        source = f"measured {saved.measured_at[:16].replace('T', ' ')} on {saved.host}"
+    floor = saved.kernel_floor
+    if measure_floor and (floor is None or not floor.covers(cost, batches)):
+        known = floor.step_s if floor is not None and floor.covers(cost, ()) else {}
+        missing = [b for b in batches if b not in known]
+        found = measure_kernel_floor(config, dtype, threads, missing)
+        floor = KernelFloor(dtype, threads, found.matmul_params, {**known, **found.step_s})
+        saved.kernel_floor = floor
+        results.save("machine", saved)
+    return MachineFigures(saved.machine, floor, source)
 
 
 # --- the summary's figure: the roofline ----------------------------------------------------------

@@ -1,6 +1,6 @@
 """Part 3's fresh process: vLLM offline one way, so that neither way's memory or compiled graphs
 are the other's. The parent (task_13_compiled_step.py) starts one of these per way, samples its
-memory, and reads what it prints (common/turns.py's Child and serve).
+memory, and reads what it prints (common/measure.py's Child and serve).
 
     python -m lessons.task_13.vllm_run --model PATH --dtype D --mode eager|compiled
         --requests N --tokens T --max-num-seqs B --workload FILE
@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from common import load, settings, turns
+from common import load, measure, settings
 
 
 def main() -> None:
@@ -69,7 +69,7 @@ def main() -> None:
         done = llm.generate(workload_prompts, workload_params, use_tqdm=False)
         return {"tokens": sum(len(o.outputs[0].token_ids) for o in done),
                 "seconds": time.perf_counter() - t}
-    turns.serve(workload_pass, {"enforce_eager": eager, "startup_s": startup_s,
+    measure.serve(workload_pass, {"enforce_eager": eager, "startup_s": startup_s,
                                 "one_tokens_per_s": one_tok_s, "batch_tokens_per_s": batch_tok_s,
                                 "texts": [o.outputs[0].text for o in outputs]})
 

@@ -1,13 +1,17 @@
-"""Several ways of doing the same work, timed taking turns: task 13's two mini_engine ways on one
-model with vLLM's, each vLLM way in a process of its own, and benchmarks/long_context.py's ways,
-each in a process of its own.
+"""The lab's one way of measuring: a figure is measured in several passes, and reported as the
+median with its spread (the lowest and highest pass) beside it; two ways of doing the same work
+take turns, pass by pass.
 
-Each way runs once untimed (the first pass of a process ran slower, whichever way it was: its
-matmuls too; docs/measurements.md, issue 29), then every way runs again, one after another, for
-a number of rounds. This machine's speed drifts by a fifth within minutes (the same file): ways
-timed one after the other would carry that drift into their ratio, where taking turns spreads it
-over them all. The callers keep each way's fastest pass: a noisy neighbour slows a pass, never
-speeds one up.
+Why the median: it is what a learner running the script will see, where the best pass says only
+what the code can do on a quiet machine. The machine's own ceilings (its memory bandwidth, its
+peak matmul) are the exception and take the best pass (best_s): a ceiling is what the machine
+can do, and a neighbour can only slow a pass down. The speed of these machines drifts by a fifth
+within minutes (docs/measurements.md), so two figures of the same thing are compared by their
+spreads (Spread.agrees), never by their medians alone.
+
+Ways that take turns (in_turns): each runs once untimed (the first pass of a process runs slower,
+whichever way it is), then every way runs again, one after another, for a number of rounds, so
+the drift is spread over them all instead of landing in their ratio.
 
 A way in a process of its own is a Child here and calls serve() there: it sets up, prints READY
 (and what its set-up measured, as JSON), then runs a pass each time it reads "pass" and prints
@@ -17,19 +21,80 @@ from __future__ import annotations
 
 import json
 import queue
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 import psutil
 
-from common import memory, settings
+from common import memory, results, settings
 from common.server import ServerError
 
 T = TypeVar("T")
+
+PASSES = 3          # passes of every figure that reaches a summary row or a KEY INSIGHT
+
+
+@dataclass
+class Spread(results.Record):
+    """A figure measured in several passes: the median, the lowest and the highest pass."""
+    median: float
+    low: float
+    high: float
+    num_passes: int
+
+    @classmethod
+    def of(cls, values) -> "Spread":
+        values = sorted(values)
+        if not values:
+            raise ValueError("a spread of no passes")
+        return cls(statistics.median(values), values[0], values[-1], len(values))
+
+    def agrees(self, other: "Spread") -> bool:
+        """The two ranges overlap: nothing measured tells the two figures apart."""
+        return self.low <= other.high and other.low <= self.high
+
+    def scaled(self, factor: float) -> "Spread":
+        """The same passes in another unit (seconds to ms: factor 1000)."""
+        return Spread(self.median * factor, self.low * factor, self.high * factor,
+                      self.num_passes)
+
+    def text(self, digits: int = 1, unit: str = "") -> str:
+        """'31.3 tok/s (29.0-32.1, 3 passes)'; one pass: '31.3 tok/s (1 pass)'."""
+        value = f"{self.median:,.{digits}f}{unit}"
+        if self.num_passes < 2:
+            return f"{value} (1 pass)"
+        return f"{value} ({self.low:,.{digits}f}-{self.high:,.{digits}f}, {self.num_passes} passes)"
+
+
+def median_index(values: list[float]) -> int:
+    """The index of the median pass (the lower of the two middle ones for an even count), so a
+    record can keep that pass whole, every figure of it from one and the same pass."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    return order[(len(values) - 1) // 2]
+
+
+def best_s(fn: Callable[[], object], repeats: int, budget_s: float = float("inf")) -> float:
+    """Seconds of fn's fastest run of `repeats`, after one untimed run (page faults, the thread
+    pool, the kernel's choice); fewer runs once they took budget_s. For the machine's ceilings
+    only (the module's docstring says why)."""
+    fn()
+    best, spent = float("inf"), 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+        if spent > budget_s:
+            break
+    return best
+
+
 READY, RESULT = "turns: ready ", "turns: result "     # what a child's stdout says
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -74,6 +75,25 @@ def report_path(script: str) -> Path:
     return settings.results_dir() / f"{Path(script).stem}.txt"
 
 
+def log_path(script: str) -> Path:
+    """results/logs/<script>.log: what the step wrote to stderr (the libraries' progress bars
+    and warnings), kept out of its report."""
+    return settings.results_dir() / "logs" / f"{Path(script).stem}.log"
+
+
+def keep_errors(pipe, path: Path) -> None:
+    """Copy a step's stderr to path; only the lab's own words (one ERROR line, a HINT) go on to
+    the terminal too, so a failure still reads as one line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as log:
+        for line in pipe:
+            log.write(line)
+            log.flush()
+            if line.startswith(("ERROR:", "---> HINT")):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+
 def tee(pipe, path: Path) -> None:
     """Copy a step's output to the terminal as it comes (a partial line too: progress lines
     end with flush) and to path. Its errors (stderr) go to the terminal only."""
@@ -105,17 +125,22 @@ class Tee:
 
 
 def run_step(command: list[str], port: int) -> results.LabStepRun:
-    """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt)
-    and measure it."""
+    """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt;
+    its stderr to results/logs/<script>.log) and measure it."""
     print()
     report.note(f">>> python {' '.join(command)}", hang=4)
     start = time.perf_counter()
     # unbuffered: through a pipe, Python would hold the report back in blocks
     proc = subprocess.Popen([sys.executable, *command], cwd=settings.REPO_DIR,
-                            stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     copier = threading.Thread(target=tee, args=(proc.stdout, report_path(command[0])),
                               daemon=True)
+    errors = threading.Thread(target=keep_errors, daemon=True,
+                              args=(io.TextIOWrapper(proc.stderr, errors="replace"),
+                                    log_path(command[0])))
     copier.start()
+    errors.start()
     with memory.PeakMemory(proc.pid, server_port=port) as peak:
         try:
             code = proc.wait()
@@ -124,6 +149,7 @@ def run_step(command: list[str], port: int) -> results.LabStepRun:
             proc.wait()
             raise
     copier.join(timeout=10)   # the rest of its output (a process it left may hold the pipe)
+    errors.join(timeout=10)
     return results.LabStepRun(script=command[0], args=command[1:], exit_code=code,
                               seconds=round(time.perf_counter() - start, 1),
                               peak_memory_bytes=peak.peak_bytes,
@@ -133,6 +159,7 @@ def run_step(command: list[str], port: int) -> results.LabStepRun:
 def main(argv: list[str] | None = None) -> results.LabRun:
     args = parse_args(argv)
     stop_a_server_left_running(args.port)
+    forget_the_last_run()
     start = time.perf_counter()
     commands = chosen_steps(args.port, args.steps, args.quick)
     done, stopped_before = run_steps(commands, args.port)
@@ -147,6 +174,14 @@ def main(argv: list[str] | None = None) -> results.LabRun:
     write_report(args.port)
     say_where_the_server_is(stopped_before, args.port)
     return run
+
+
+def forget_the_last_run() -> None:
+    """This run measures the machine's ceilings once, at the first step that reads them, and
+    every later step and the summary read that one figure (common/roofline.machine_figures);
+    what ran is printed in full once, then only what differs (common/report.run_info)."""
+    settings.results_dir().joinpath("machine.json").unlink(missing_ok=True)
+    report.forget_what_ran()
 
 
 def stop_a_server_left_running(port: int) -> None:
@@ -185,6 +220,7 @@ def stop_at_the_failed_step(run: results.LabRun) -> NoReturn:
     stopped = server.stop_server(run.port)
     write_report(run.port)
     failed = run.steps[-1]
+    report.path_line("Its stderr (the libraries' messages)", log_path(failed.script))
     cli.fail(f"{failed.script} exited with code {failed.exit_code}; the lab stops "
              f"here (its output is above)"
              + (f"; the vLLM server it started on :{run.port} is stopped" if stopped else ""),
@@ -192,12 +228,12 @@ def stop_at_the_failed_step(run: results.LabRun) -> NoReturn:
 
 
 def run_summary() -> None:
-    """The summary, the machine's ceilings measured first: to the terminal and to
-    results/summary.txt, for the report page."""
+    """The summary, from the machine's figures this run measured once (results/machine.json):
+    to the terminal and to results/summary.txt, for the report page."""
     print()
     with open(report_path("summary.py"), "w") as log, contextlib.redirect_stdout(
             Tee(sys.stdout, log)):
-        summary.main(["--measure"])
+        summary.main([])
 
 
 def say_where_the_server_is(stopped_before: str | None, port: int) -> None:

@@ -14,10 +14,13 @@
 """
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
 from typing import Sequence
+
+from common import settings
 
 
 WIDTH = 65
@@ -104,13 +107,39 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
         print("\n".join(fmt(r)))
 
 
+# `make lab` sets this, so that what ran is printed in full once and each later report says
+# only what differs; a script run alone prints it all.
+ONCE_A_RUN = "LAB_WHAT_RAN_ONCE"
+
+
+def what_ran_path() -> Path:
+    return settings.results_dir() / "what_ran.txt"
+
+
+def forget_what_ran() -> None:
+    """A new `make lab`: its first report prints what ran in full again."""
+    what_ran_path().unlink(missing_ok=True)
+    os.environ[ONCE_A_RUN] = "1"       # for the steps it starts
+
+
 def run_info(model, dtype, threads: int, **engine_settings: object) -> None:
-    """What ran: every report states the model, dtype, threads and engine settings."""
-    row("Model", model.name)
-    row("  from", model.source)
-    row("  path", model.path)
-    row("dtype", f"{dtype.dtype} ({dtype.reason})")
-    row("Threads (cores used)", threads)
+    """What ran: every report states the model, dtype, threads, machine and engine settings. In
+    `make lab` the model, dtype, threads and machine are printed in full by the first report
+    only, and again wherever they differ from it."""
+    rows = [("Model", model.name), ("  from", model.source), ("  path", model.path),
+            ("dtype", f"{dtype.dtype} ({dtype.reason})"), ("Threads (cores used)", threads),
+            ("Machine", f"{settings.cpu_model_name()} ({settings.cpu_vector_units()})")]
+    said = "\n".join(f"{label}: {value}" for label, value in rows)
+    path = what_ran_path()
+    if os.environ.get(ONCE_A_RUN) and path.exists() and path.read_text() == said:
+        row("Model, dtype, threads", f"{model.name}, {dtype.dtype}, {threads} (as in the "
+                                     "first report of this run)")
+    else:
+        for label, value in rows:
+            row(label, value)
+        if os.environ.get(ONCE_A_RUN) and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(said)
     for key, value in engine_settings.items():
         row(key, value)
 

@@ -103,6 +103,18 @@ def cpu_model_name() -> str:
     return "unknown CPU"
 
 
+def cpu_vector_units(flags: set[str] | None = None) -> str:
+    """The widest vector and matrix units the CPU has, as the lab's figures depend on them:
+    'AMX, AVX-512, avx512_bf16', 'AVX-512, avx512_bf16', 'AVX2' ..."""
+    flags = cpu_flags() if flags is None else flags
+    units = [name for flag, name in (("amx_bf16", "AMX"), ("avx512f", "AVX-512"),
+                                     ("avx512_bf16", "avx512_bf16")) if flag in flags]
+    if "avx512f" not in flags:
+        units.insert(len(units) - ("avx512_bf16" in units), "AVX2" if "avx2" in flags
+                     else "no AVX2")
+    return ", ".join(units)
+
+
 def memory_total_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 

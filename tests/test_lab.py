@@ -63,6 +63,11 @@ def test_the_lab_runs_every_step_to_the_end(whole_lab):
         proc = part.proc
         assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
         assert "Traceback" not in proc.stderr
+        # the steps' stderr (the libraries' bars and warnings) went to a log each, not the report
+        logs = {p.name: p.read_text() for p in (part.results_dir / "logs").glob("*.log")}
+        assert [name for name, text in logs.items() if "Traceback" in text] == []
+        assert "it/s]" not in proc.stdout and "it/s]" not in proc.stderr
+        assert any("it/s]" in text for text in logs.values()), sorted(logs)
         assert_fits(proc.stdout)                 # every report of every step: 65 columns
         run = part.saved("lab_run")
         assert run["completed"] is True and run["quick"] is True

@@ -26,7 +26,7 @@ FIGURES = ()
 
 
 def summary_row(res: HFBaseline) -> str:
-    return f"{res.tokens_per_s:.1f} tok/s"
+    return res.tokens_per_s_text()
 
 
 def parse_args(argv: list[str] | None):
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> HFBaseline:
     report.row("Prompt tokens", gen.prompt_tokens)
     report.row("Generated tokens", gen.generated_tokens)
     report.row("Model load time (s)", f"{gen.load_time_s:.2f}")
-    report.row("Total time (s)", f"{gen.total_time_s:.2f} (one warm-up run excluded)")
+    report.row("Total time (s)", engine.time_text(gen.total_time_s, gen.pass_times_s))
     report.row("Tokens per second (tok/s)", f"{gen.tokens_per_s:.1f}")
     report.insight([
         "This is SINGLE-REQUEST performance",

@@ -68,7 +68,9 @@ FIGURES = ()
 
 
 def summary_row(res: VLLMInference) -> str:
-    return f"{res.tokens_per_s:.1f} tok/s ({res.speedup:.1f}x)"
+    if res.tokens_per_s_spread is None:                      # one pass: an older result
+        return f"{res.tokens_per_s:.1f} tok/s ({res.speedup:.1f}x)"
+    return f"{res.tokens_per_s_text()}, {res.speedup:.1f}x"
 
 
 def parse_args(argv: list[str] | None):
@@ -126,7 +128,7 @@ def print_results(gen: engine.Generation, eng: engine.Engine, baseline: Baseline
     report.note(f"Generated text: {gen.text[:120] + ('...' if len(gen.text) > 120 else '')!r}")
     report.row("Generated tokens", gen.generated_tokens)
     report.row("Engine start-up (s)", f"{eng.init_time_s:.2f}")
-    report.row("Total time (s)", f"{gen.total_time_s:.2f} (one warm-up run excluded)")
+    report.row("Total time (s)", engine.time_text(gen.total_time_s, gen.pass_times_s))
     report.row("Tokens per second (tok/s)", f"{gen.tokens_per_s:.1f}")
     # rounded as it is saved, so the report and the summary's row (read from the save) say the
     # same: 1.1503 printed here as 1.2x, saved as 1.15, read back as 1.1x

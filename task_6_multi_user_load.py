@@ -3,45 +3,26 @@
 Sends 1, then 5, 10 and 20 concurrent users' requests (one each, max_tokens 50) to the lab's
 vLLM server (started or reused, or --base-url), streamed with aiohttp so each request has its
 time to first token, time per output token and end-to-end latency, as `vllm bench serve`
-measures them. One warm-up request first. Prints throughput, mean/p50/p95 latency, mean TTFT and
-the successes per level, the scaling factor, the per-user speed, and how long the largest group
-took one after another against all at once (both measured).
+measures them. One warm-up request first, timed apart. The levels take turns, pass after pass
+(--passes, 3 by default): each level's figures are those of its median pass, with the spread of
+its passes beside them. Then the largest group one after another: each of those requests is one
+request alone, as the 1-user level is, so the two are compared before the scaling factor is
+printed. Prints throughput, mean/p50/p95 latency, mean TTFT and the successes per level, the
+scaling factor, the per-user speed, and how long the largest group took one after another
+against all at once (both measured).
 
-    python task_6_multi_user_load.py [--users 1,5,10,20] [--max-tokens 50] [--no-sequential]
+    python task_6_multi_user_load.py [--users 1,5,10,20] [--max-tokens 50] [--passes 3]
+        [--no-sequential]
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from common import cli, figures, load, report, results, settings
+from common import cli, figures, load, measure, report, results, settings
+from lessons.task_6.figure import draw_load_levels
+from lessons.task_6.record import (LEVEL, SEQUENTIAL, Alone, MultiUserLoad, alone_of,
+                                   scaling_range, summary_row)
 
 SCRIPT = "task_6_multi_user_load"
-
-
-@dataclass
-class MultiUserLoad(results.Result):
-    """Task 6's result: every level as it was measured (common.load.LoadLevel), the server it
-    ran against and the load's settings."""
-    base_url: str
-    server_state: str                   # started, reused, restarted or external (--base-url)
-    users_per_level: list[int]          # --users, in the order the levels ran
-    max_tokens: int                     # new tokens per request
-    temperature: float
-    levels: list[load.LoadLevel]
-    scaling_factor: float               # peak tokens/s over the first level's (0: it made none)
-    server_config: str | None = None    # the lab's server's settings (None: --base-url)
-    sequential: load.LoadLevel | None = None   # the largest group one after another
-
-
 RECORD = MultiUserLoad
-
-
-def summary_row(m: MultiUserLoad) -> str:
-    measured = [lv for lv in m.levels if lv.tokens_per_s]
-    if not measured:
-        return "no level made a token"
-    top = max(measured, key=lambda lv: lv.tokens_per_s)
-    return f"{top.num_users} users {top.tokens_per_s:.1f} tok/s ({m.scaling_factor:.1f}x)"
 
 
 def parse_args(argv: list[str] | None):
@@ -53,22 +34,34 @@ def parse_args(argv: list[str] | None):
                        help="concurrent users per level, one request each (default 1,5,10,20)")
     group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
                        help=f"new tokens per request (default {settings.MAX_NEW_TOKENS})")
+    group.add_argument("--passes", type=cli.positive_int, default=measure.PASSES,
+                       help=f"passes of every level, taking turns (default {measure.PASSES})")
     group.add_argument("--no-sequential", action="store_true",
                        help="skip sending the largest group one after another")
     return parser.parse_args(argv)
 
 
 # --- the measurement: the levels, then the largest group one after another -----------------------
-def run_levels(srv, users: list[int], max_tokens: int) -> list[load.LoadLevel]:
-    levels = []
-    for num_users in users:
-        print(f"  Testing {num_users} users...", end=" ", flush=True)
-        level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(num_users),
-                               max_tokens)
-        levels.append(level)
-        print(f"{level.tokens_per_s:.1f} tok/s, {load.seconds(level.mean_latency_s)} s avg, "
-              f"{level.num_ok}/{num_users} ok", flush=True)
-    return levels
+def run_levels(srv, users: list[int], max_tokens: int, passes: int
+               ) -> list[list[load.LoadLevel]]:
+    """Every level's passes, the levels taking turns (1, 5, 10, 20, then again), so the
+    machine's drift lands in every level's spread rather than in one level."""
+    found: list[list[load.LoadLevel]] = [[] for _ in users]
+    for p in range(passes):
+        for i, num_users in enumerate(users):
+            print(f"  Pass {p + 1}/{passes}, {num_users} user{'s' * (num_users > 1)}...",
+                  end=" ", flush=True)
+            level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(num_users),
+                                   max_tokens)
+            found[i].append(level)
+            print(f"{level.tokens_per_s:.1f} tok/s, {load.seconds(level.mean_latency_s)} s avg, "
+                  f"{level.num_ok}/{num_users} ok", flush=True)
+    return found
+
+
+def median_passes(passes: list[list[load.LoadLevel]]) -> list[load.LoadLevel]:
+    """Each level's median pass by tokens/s, kept whole: its latencies are that pass's."""
+    return [lv[measure.median_index([p.tokens_per_s for p in lv])] for lv in passes]
 
 
 def run_sequential(srv, levels: list[load.LoadLevel], max_tokens: int
@@ -87,7 +80,7 @@ def num_failed_of(levels: list[load.LoadLevel], sequential: load.LoadLevel | Non
 
 
 # --- the report: the levels, the scaling, one after another, the insight -------------------------
-def print_levels(levels: list[load.LoadLevel]) -> None:
+def print_levels(levels: list[load.LoadLevel], spreads: list[measure.Spread] = ()) -> None:
     report.section("LOAD TEST RESULTS")
     report.table(["Users", "Tokens", "Time(s)", "Tok/s", "Avg(s)", "p50(s)", "p95(s)", "TTFT(s)",
                   "OK"],
@@ -99,21 +92,56 @@ def print_levels(levels: list[load.LoadLevel]) -> None:
                  widths=[6, 7, 8, 8, 7, 7, 7, 8, 7], align_left=())
     report.note("Avg, p50, p95: end-to-end latency per request; TTFT: mean time to first token; "
                 "'-': no request of the level succeeded")
+    if spreads and spreads[0].num_passes > 1:
+        report.note(f"Each level's median pass of {spreads[0].num_passes}; tok/s of every pass "
+                    "(lowest-highest): " + ", ".join(
+                        f"{lv.num_users} user{'s' * (lv.num_users > 1)} {s.low:.1f}-{s.high:.1f}"
+                        for lv, s in zip(levels, spreads)))
     for lv in levels:
         for error in lv.errors:
             report.note(f"{lv.num_users} users, failed: {error}", indent=2)
 
 
-def print_scaling(levels: list[load.LoadLevel]) -> float:
-    """Peak throughput over the first level's, and each level's speed per user; returns the
-    scaling factor (0 when the first level made no tokens)."""
+def print_alone(alone: Alone, num_sequential: int) -> None:
+    """The two figures of one request alone, and which one the baseline is."""
+    report.note("One request alone, measured two ways:")
+    report.note(f"the 1-user level: {alone.level.text()}", indent=2)
+    if alone.sequential is None:
+        return
+    report.note(f"the {num_sequential} requests one after another: "
+                f"{alone.sequential.text(what='requests')}", indent=2)
+    if alone.agree:
+        report.note("They agree (the ranges overlap): the baseline is the 1-user level.",
+                    indent=2)
+    else:
+        report.note(f"They DISAGREE (the ranges do not overlap): the baseline is "
+                    f"{alone.used}, the one of more passes.", indent=2)
+
+
+def print_scaling(levels: list[load.LoadLevel], spreads: list[measure.Spread] = (),
+                  alone: Alone | None = None, num_sequential: int = 0) -> float:
+    """Peak throughput over one request alone (alone's baseline, else the first level's), and
+    each level's speed per user; returns the scaling factor (0 when the baseline made no
+    tokens)."""
     base, peak = levels[0], max(levels, key=lambda lv: lv.tokens_per_s)
-    scaling = peak.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
+    base_tps = alone.tokens_per_s if alone else base.tokens_per_s
+    scaling = peak.tokens_per_s / base_tps if base_tps else 0.0
     report.section("SCALING ANALYSIS")
-    report.row(f"Baseline ({base.num_users} user(s))", f"{base.tokens_per_s:.1f} tok/s")
-    report.row(f"Peak ({peak.num_users} users)", f"{peak.tokens_per_s:.1f} tok/s")
-    report.row("Scaling factor", f"{scaling:.1f}x throughput improvement" if base.tokens_per_s
-               else "- (the first level made no tokens)")
+    if alone:
+        print_alone(alone, num_sequential)
+    report.row(f"Baseline ({base.num_users} user(s))", f"{base_tps:.1f} tok/s"
+               + (f" ({alone.used})" if alone else ""))
+    peak_spread = spreads[levels.index(peak)] if len(spreads) == len(levels) else None
+    report.row(f"Peak ({peak.num_users} users)", peak_spread.text(unit=" tok/s")
+               if peak_spread and peak_spread.num_passes > 1 else f"{peak.tokens_per_s:.1f} tok/s")
+    if not base_tps:
+        report.row("Scaling factor", "- (the first level made no tokens)")
+    elif alone and peak_spread and peak_spread.num_passes > 1:
+        low, high = scaling_range(peak_spread, alone)
+        report.row("Scaling factor", f"{scaling:.1f}x throughput improvement ({low:.1f}-"
+                                     f"{high:.1f} from the spreads)")
+    else:
+        report.row("Scaling factor", f"{scaling:.1f}x throughput improvement")
     report.note("Per-user effective speed (throughput / users):")
     for lv in levels:
         tpot = "-" if lv.mean_tpot_s is None else f"{1000 * lv.mean_tpot_s:.0f} ms"
@@ -137,8 +165,10 @@ SCALES_AT = 1.5
 LATENCY_ROSE_AT = 1.1
 
 
-def insights(levels: list[load.LoadLevel], sequential: load.LoadLevel | None) -> list[str]:
-    """The KEY INSIGHT lines, each chosen or worded from the measured levels."""
+def insights(levels: list[load.LoadLevel], sequential: load.LoadLevel | None,
+             alone: Alone | None = None) -> list[str]:
+    """The KEY INSIGHT lines, each chosen or worded from the measured levels, against one
+    request alone (alone's baseline; without it, the first level)."""
     base, largest = levels[0], max(levels, key=lambda lv: lv.num_users)
     num_failed = num_failed_of(levels, sequential)
     num_sent = sum(lv.num_users for lv in levels) + (sequential.num_users if sequential else 0)
@@ -149,77 +179,42 @@ def insights(levels: list[load.LoadLevel], sequential: load.LoadLevel | None) ->
                          f"{', '.join(str(lv.num_users) for lv in levels)} user(s), and the "
                          f"first and largest need a successful request each"]
     peak = max(levels, key=lambda lv: lv.tokens_per_s)
-    scaling = peak.tokens_per_s / base.tokens_per_s
-    tpot_ratio = largest.mean_tpot_s / base.mean_tpot_s if base.mean_tpot_s else None
+    base_tps, base_tpot, alone_s = ((alone.tokens_per_s, alone.tpot_s, alone.latency_s) if alone
+                                    else (base.tokens_per_s, base.mean_tpot_s,
+                                          base.mean_latency_s))
+    scaling = peak.tokens_per_s / base_tps
+    tpot_ratio = largest.mean_tpot_s / base_tpot if base_tpot else None
     if scaling >= SCALES_AT:
         lines = [f"Throughput SCALES with concurrent users: {scaling:.1f}x from "
-                 f"{base.num_users} to {peak.num_users} users ({base.tokens_per_s:.1f} -> "
+                 f"{base.num_users} to {peak.num_users} users ({base_tps:.1f} -> "
                  f"{peak.tokens_per_s:.1f} tok/s)"]
     else:
         lines = [f"Throughput barely grew: {scaling:.1f}x from {base.num_users} to "
-                 f"{peak.num_users} users ({base.tokens_per_s:.1f} -> "
+                 f"{peak.num_users} users ({base_tps:.1f} -> "
                  f"{peak.tokens_per_s:.1f} tok/s)"
                  + (f"; each step took {tpot_ratio:.1f}x as long with {largest.num_users} "
                     f"requests in it" if tpot_ratio else "")]
-    ttft, alone = largest.mean_ttft_s, base.mean_latency_s
-    if ttft < alone:
+    ttft = largest.mean_ttft_s
+    if ttft < alone_s:
         lines.append(f"The {largest.num_users} requests sent at once got their first token "
-                     f"after {ttft:.2f} s on average, sooner than one request takes alone "
-                     f"({alone:.2f} s): none waited for another to finish, the engine batched "
-                     f"them as they arrived (continuous batching)")
+                     f"after {ttft:.2f} s on average, less than one whole request takes alone "
+                     f"({alone_s:.2f} s): none waited for another to finish, the engine "
+                     f"batched them as they arrived (continuous batching)")
     else:
         lines.append(f"Requests queued: at {largest.num_users} users the mean time to first "
                      f"token ({ttft:.2f} s) was longer than one whole request alone "
-                     f"({alone:.2f} s)")
+                     f"({alone_s:.2f} s)")
     latency = largest.mean_latency_s
-    if latency > LATENCY_ROSE_AT * alone:
-        lines.append(f"Per-request latency rose {alone:.2f} -> {latency:.2f} s "
-                     f"({latency / alone:.1f}x) at {largest.num_users} users"
+    if latency > LATENCY_ROSE_AT * alone_s:
+        lines.append(f"Per-request latency rose from {alone_s:.2f} s alone to {latency:.2f} s "
+                     f"({latency / alone_s:.1f}x) at {largest.num_users} users"
                      + (f", while throughput rose {scaling:.1f}x: the price of sharing each "
                         f"step" if scaling >= SCALES_AT else ", with little more throughput"))
     else:
-        lines.append(f"Per-request latency hardly changed ({alone:.2f} -> {latency:.2f} s at "
-                     f"{largest.num_users} users): the machine had room for the larger batch")
+        lines.append(f"Per-request latency hardly changed ({alone_s:.2f} s alone, "
+                     f"{latency:.2f} s at {largest.num_users} users): the machine had room for "
+                     f"the larger batch")
     return failed + lines
-
-
-# --- the figure ----------------------------------------------------------------------------------
-def draw_load_levels(res: MultiUserLoad):
-    """tokens/s and latency (p50, p95, TTFT) against concurrent users; the largest group one
-    after another against all together."""
-    levels = [lv for lv in res.levels if lv.num_ok]
-    users = [lv.num_users for lv in levels]
-    fig, (tps, lat, seq) = figures.figure(4.2, 1, 3, width_ratios=[1.2, 1.2, 1])
-    tps.plot(users, [lv.tokens_per_s for lv in levels], "o-", color=figures.color(4))
-    for lv in levels:
-        tps.annotate(f"{lv.tokens_per_s:.1f}", (lv.num_users, lv.tokens_per_s),
-                     textcoords="offset points", xytext=(0, 7), ha="center", fontsize=9)
-    tps.set(title="Throughput", xlabel="concurrent users", ylabel="tokens/s (all users)")
-    for values, label, color, marker in (
-            ([lv.p50_latency_s for lv in levels], "p50 latency", 4, "o"),
-            ([lv.p95_latency_s for lv in levels], "p95 latency", 5, "s"),
-            ([lv.mean_ttft_s for lv in levels], "mean time to first token", 2, "^")):
-        lat.plot(users, values, marker=marker, color=figures.color(color), label=label)
-    lat.set(title="Latency per request", xlabel="concurrent users", ylabel="seconds")
-    lat.legend(fontsize=9)
-    for ax in (tps, lat):
-        ax.set_xticks(users)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-    together = max(levels, key=lambda lv: lv.num_users) if levels else None
-    if res.sequential and together:
-        both = [("one after\nanother", res.sequential.duration_s, figures.color(5)),
-                ("all\ntogether", together.duration_s, figures.color(2))]
-        bars = seq.bar([b[0] for b in both], [b[1] for b in both], color=[b[2] for b in both])
-        seq.bar_label(bars, fmt="%.1f s")
-        seq.set(title=f"{together.num_users} users' requests",
-                ylabel="seconds until the last finished")
-    else:
-        seq.text(0.5, 0.5, "not measured\n(--no-sequential)", ha="center", va="center",
-                 transform=seq.transAxes)
-        seq.set(title="One after another", xticks=[], yticks=[])
-    return figures.finish(fig, "Task 6: more users, more tokens/s (one streamed request each)",
-                          res)
 
 
 FIGURES = (("", draw_load_levels),)
@@ -235,28 +230,36 @@ def main(argv: list[str] | None = None) -> MultiUserLoad:
     report.row("Server", f"{srv.base_url} ({srv.state})")
     report.row("Load test plan", f"{', '.join(map(str, args.users))} concurrent users")
     report.row("Each user sends", f"1 streamed request, max_tokens={args.max_tokens}")
+    report.row("Passes", f"{args.passes} of every level, taking turns; the median pass shown")
 
     warmup = load.run_level(srv.base_url, srv.model_name, load.user_prompts(1), args.max_tokens)
     if warmup.num_failed:
         cli.fail(f"the warm-up request failed: {warmup.errors[0]}", code=1)
     report.note(f"Warm-up request done ({warmup.duration_s:.2f} s, not counted).")
-    levels = run_levels(srv, args.users, args.max_tokens)
-    print_levels(levels)
-
-    scaling = print_scaling(levels)
+    passes = run_levels(srv, args.users, args.max_tokens, args.passes)
+    levels = median_passes(passes)
+    spreads = [measure.Spread.of(lv.tokens_per_s for lv in p) for p in passes]
     sequential = None if args.no_sequential else run_sequential(srv, levels, args.max_tokens)
+    print_levels(levels, spreads)
+
+    alone = alone_of(passes[0], sequential) if levels[0].num_users == 1 else None
+    scaling = print_scaling(levels, spreads, alone,
+                            sequential.num_users if sequential else 0)
     if sequential:
         print_sequential(levels, sequential)
 
-    report.insight(insights(levels, sequential))
+    report.insight(insights(levels, sequential, alone))
+    peak = max(range(len(levels)), key=lambda i: levels[i].tokens_per_s)
     record = MultiUserLoad(
         header=results.RunHeader.of(model, dtype, settings.num_cores(), srv.model_name),
         base_url=srv.base_url, server_state=srv.state, users_per_level=args.users,
         max_tokens=args.max_tokens, temperature=settings.TEMPERATURE, levels=levels,
         scaling_factor=scaling, server_config=srv.config.describe() if srv.config else None,
-        sequential=sequential)
+        sequential=sequential, num_passes=args.passes, spreads=spreads, alone=alone,
+        scaling_range=(scaling_range(spreads[peak], alone)
+                       if alone and levels[peak].tokens_per_s and alone.tokens_per_s else None))
     figures.saved(results.save(SCRIPT, record), record, FIGURES)
-    cli.fail_if_any_failed(num_failed_of(levels, sequential))
+    cli.fail_if_any_failed(num_failed_of([lv for p in passes for lv in p], sequential))
     return record
 
 

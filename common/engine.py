@@ -1,5 +1,6 @@
-"""The two engines of tasks 1-2, measured the same way: load, one untimed warm-up, then one
-timed generation of MAX_NEW_TOKENS tokens; and what both save of it (OneRequest).
+"""The two engines of tasks 1-2, measured the same way: load, one untimed warm-up, then
+measure.PASSES timed generations of MAX_NEW_TOKENS tokens, each from the same seed, the median
+one kept (common/measure.py says why the median); and what both save of it (OneRequest).
 
 Both force the full 50 tokens (HF min_new_tokens, vLLM min_tokens: the end-of-sequence token is
 not sampled before then), so every run generates the same amount of work and tok/s compare.
@@ -7,9 +8,9 @@ not sampled before then), so every run generates the same amount of work and tok
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from common import kv, results, settings
+from common import kv, measure, results, settings
 from common.shape import torch_dtype
 
 WARMUP_TOKENS = 4
@@ -26,10 +27,20 @@ class Generation:
     load_time_s: float
     threads: int
     warmup_excluded: bool = True
+    pass_times_s: list[float] = field(default_factory=list)   # every timed pass; total_time_s:
+                                                               # the median one
 
     @property
     def tokens_per_s(self) -> float:
         return self.generated_tokens / self.total_time_s
+
+
+def time_text(total_time_s: float, pass_times_s: list[float]) -> str:
+    """'2.71 (median of 3 passes: 2.60-2.90; one warm-up excluded)', for tasks 1-2's reports."""
+    if len(pass_times_s) < 2:
+        return f"{total_time_s:.2f} (one warm-up run excluded)"
+    return (f"{total_time_s:.2f} (median of {len(pass_times_s)} passes: {min(pass_times_s):.2f}-"
+            f"{max(pass_times_s):.2f}; one warm-up excluded)")
 
 
 # --- what tasks 1-2 save ---------------------------------------------------------------------
@@ -56,18 +67,47 @@ class OneRequest(results.Result):
     warmup_excluded: bool
     tokens_per_s: float
     settings: Sampling
+    pass_times_s: list[float] = field(default_factory=list, kw_only=True)   # every timed pass
 
     @classmethod
     def of(cls, gen: Generation, sampling: Sampling, header: results.RunHeader, **rest):
         """The result of this generation; rest: the fields a task adds (task 2's comparison)."""
         return cls(gen.engine, gen.text, gen.prompt_tokens, gen.generated_tokens,
                    gen.total_time_s, gen.load_time_s, gen.threads, gen.warmup_excluded,
-                   round(gen.tokens_per_s, 2), sampling, header=header, **rest)
+                   round(gen.tokens_per_s, 2), sampling, header=header,
+                   pass_times_s=[round(t, 4) for t in gen.pass_times_s], **rest)
+
+    @property
+    def tokens_per_s_spread(self) -> measure.Spread | None:
+        """tok/s of every timed pass (None: an older result, one pass)."""
+        if not self.pass_times_s:
+            return None
+        return measure.Spread.of(self.generated_tokens / t for t in self.pass_times_s)
+
+    def tokens_per_s_text(self) -> str:
+        """'10.5 tok/s (10.1-10.9)': the median pass and the range of all, for the summary."""
+        spread = self.tokens_per_s_spread
+        if spread is None or spread.num_passes < 2:
+            return f"{self.tokens_per_s:.1f} tok/s"
+        return f"{self.tokens_per_s:.1f} tok/s ({spread.low:.1f}-{spread.high:.1f})"
+
+
+def timed_passes(generate, passes: int) -> tuple[object, float, list[float]]:
+    """Run generate() `passes` times: the output of the median pass, its seconds, and every
+    pass's seconds."""
+    outputs, times = [], []
+    for _ in range(passes):
+        start = time.perf_counter()
+        outputs.append(generate())
+        times.append(time.perf_counter() - start)
+    median = measure.median_index(times)
+    return outputs[median], times[median], times
 
 
 # --- HuggingFace transformers ----------------------------------------------------------------
 def hf_generate(model_path: str, dtype: str, prompt: str = settings.PROMPT,
-                max_new_tokens: int = settings.MAX_NEW_TOKENS, seed: int = settings.SEED) -> Generation:
+                max_new_tokens: int = settings.MAX_NEW_TOKENS, seed: int = settings.SEED,
+                passes: int = measure.PASSES) -> Generation:
     """The baseline: model.generate() serves one request from start to end."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -85,16 +125,17 @@ def hf_generate(model_path: str, dtype: str, prompt: str = settings.PROMPT,
                               do_sample=True, temperature=settings.TEMPERATURE,
                               pad_token_id=tokenizer.eos_token_id)
 
+    def seeded_pass():
+        torch.manual_seed(seed)          # every pass samples the same tokens
+        return generate(max_new_tokens)
+
     with torch.inference_mode():
         generate(WARMUP_TOKENS)          # first call pays one-time set-up; not timed
-        torch.manual_seed(seed)
-        start = time.perf_counter()
-        outputs = generate(max_new_tokens)
-        total_time_s = time.perf_counter() - start
+        outputs, total_time_s, times = timed_passes(seeded_pass, passes)
     new_tokens = outputs[0, num_prompt:]
     return Generation("HuggingFace transformers", tokenizer.decode(new_tokens, skip_special_tokens=True),
                       num_prompt, int(new_tokens.shape[0]), total_time_s, load_time_s,
-                      torch.get_num_threads())
+                      torch.get_num_threads(), pass_times_s=times)
 
 
 # --- vLLM, in-process ------------------------------------------------------------------------
@@ -132,7 +173,8 @@ def engine_capacity(engine: Engine) -> kv.KVCapacity:
 
 
 def vllm_generate(engine: Engine, prompt: str = settings.PROMPT,
-                  max_new_tokens: int = settings.MAX_NEW_TOKENS, seed: int = settings.SEED) -> Generation:
+                  max_new_tokens: int = settings.MAX_NEW_TOKENS, seed: int = settings.SEED,
+                  passes: int = measure.PASSES) -> Generation:
     import torch
     from vllm import SamplingParams
 
@@ -141,13 +183,12 @@ def vllm_generate(engine: Engine, prompt: str = settings.PROMPT,
                               min_tokens=num_tokens, seed=seed)
 
     engine.llm.generate([prompt], params(WARMUP_TOKENS), use_tqdm=False)   # not timed
-    start = time.perf_counter()
-    outputs = engine.llm.generate([prompt], params(max_new_tokens), use_tqdm=False)
-    total_time_s = time.perf_counter() - start
+    outputs, total_time_s, times = timed_passes(
+        lambda: engine.llm.generate([prompt], params(max_new_tokens), use_tqdm=False), passes)
     out = outputs[0]
     return Generation("vLLM", out.outputs[0].text, len(out.prompt_token_ids),
                       len(out.outputs[0].token_ids), total_time_s, engine.init_time_s,
-                      torch.get_num_threads())
+                      torch.get_num_threads(), pass_times_s=times)
 
 
 def vllm_generate_batch(engine: Engine, prompts: list[str],

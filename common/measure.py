@@ -64,12 +64,12 @@ class Spread(results.Record):
         return Spread(self.median * factor, self.low * factor, self.high * factor,
                       self.num_passes)
 
-    def text(self, digits: int = 1, unit: str = "") -> str:
+    def text(self, digits: int = 1, unit: str = "", what: str = "passes") -> str:
         """'31.3 tok/s (29.0-32.1, 3 passes)'; one pass: '31.3 tok/s (1 pass)'."""
         value = f"{self.median:,.{digits}f}{unit}"
         if self.num_passes < 2:
-            return f"{value} (1 pass)"
-        return f"{value} ({self.low:,.{digits}f}-{self.high:,.{digits}f}, {self.num_passes} passes)"
+            return f"{value} (1 {what.removesuffix('s')})"
+        return f"{value} ({self.low:,.{digits}f}-{self.high:,.{digits}f}, {self.num_passes} {what})"
 
 
 def median_index(values: list[float]) -> int:

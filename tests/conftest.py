@@ -90,6 +90,9 @@ def check_generation(r: dict, tokens: int = 50) -> None:
     assert r["total_time_s"] > 0 and r["tokens_per_s"] > 0   # the formula: test_reports, by hand
     assert r["warmup_excluded"] is True
     assert r["threads"] >= 1
+    # 3 timed passes from the same seed; the time saved is the median one's
+    times = r["pass_times_s"]
+    assert len(times) == 3 and sorted(times)[1] == pytest.approx(r["total_time_s"], abs=1e-4)
 
 
 def processes_on_port(port: int) -> list[int]:

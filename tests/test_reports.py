@@ -104,12 +104,12 @@ def test_task6_insight_when_throughput_scales():
                 branch="SCALES", not_branch=("barely grew", "each step took"))
     assert_says(lines[1], "20 requests", "0.50 s", "5.00 s",
                 branch="continuous batching", not_branch="queued")
-    assert_says(lines[2], "5.00 -> 9.00 s", "(1.8x)", "20 users", "10.0x",
+    assert_says(lines[2], "5.00 s alone", "9.00 s", "(1.8x)", "20 users", "10.0x",
                 branch=("latency rose", "while throughput rose"),
                 not_branch=("hardly changed", "little more throughput"))
     # the 20 requests' latency 5.20 s, under 1.1 x 5.00 = 5.50 s: it hardly changed
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 5.2, 0.5)], None)
-    assert_says(lines[2], "5.00 -> 5.20 s", "20 users",
+    assert_says(lines[2], "5.00 s alone", "5.20 s at 20 users",
                 branch="hardly changed", not_branch=("latency rose", "throughput rose"))
 
 
@@ -123,7 +123,7 @@ def test_task6_insight_when_it_does_not():
                 branch=("barely grew", "each step took"), not_branch="SCALES")
     assert_says(lines[1], "4 users", "6.00 s", "5.00 s",
                 branch="queued", not_branch="continuous batching")
-    assert_says(lines[2], "5.00 -> 18.00 s", "(3.6x)", "4 users",
+    assert_says(lines[2], "5.00 s alone", "18.00 s", "(3.6x)", "4 users",
                 branch=("latency rose", "with little more throughput"),
                 not_branch=("while throughput rose", "hardly changed"))
     assert not any("SCALES" in line or "continuous batching" in line for line in lines)
@@ -161,6 +161,63 @@ def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
     assert "   4 users:    6.2 tok/s each" in out            # 6.25, printed to one place
     assert "  20 users:    4.0 tok/s each" in out
     assert task6.print_scaling([level(1, 5.0, 0.0, 0.0, failed=1), levels[2]]) == 0.0
+
+
+def sequential_of(users: int, latency_s: float, tokens: int = 50) -> LoadLevel:
+    """users requests one after another, each alone: latency_s each, TTFT 0.2 s."""
+    requests = [RequestResult(True, tokens, 10, 0.2, latency_s)] * users
+    return LoadLevel.of(requests, users * latency_s, is_concurrent=False)
+
+
+def test_task6_one_request_alone_is_checked_two_ways(capsys):
+    # The source's story of a 1-user level measured once as an outlier: its passes made 50
+    # tokens in 10.0, 9.0 and 10.5 s (5.0, 5.6, 4.8 tok/s; median 5.0), where 20 requests one
+    # after another took 5.0 s each (10.0 tok/s): 4.8-5.6 and 10.0-10.0 do not overlap. The
+    # baseline is the sequential requests (20 passes against 3): 80 / 10 = 8.0x, not 16.0x
+    one_user = [level(1, 10.0, 10.0, 0.2), level(1, 9.0, 9.0, 0.2), level(1, 10.5, 10.5, 0.2)]
+    twenty = level(20, 12.5, 6.0, 0.5)                                  # 1,000 / 12.5 = 80.0
+    seq = sequential_of(20, 5.0)
+    alone = task6.alone_of(one_user, seq)
+    assert not alone.agree and alone.used == task6.SEQUENTIAL
+    assert (alone.level.median, alone.level.low, alone.level.high) == (5.0, 50 / 10.5, 50 / 9.0)
+    assert (alone.tokens_per_s, alone.latency_s) == (10.0, 5.0)
+    levels = [one_user[0], twenty]
+    spreads = [alone.level, task6.measure.Spread.of([76.0, 80.0, 84.0])]
+    assert task6.print_scaling(levels, spreads, alone, 20) == 8.0
+    out = " ".join(capsys.readouterr().out.split())
+    assert_says(out, "the 1-user level: 5.0 (4.8-5.6, 3 passes)",
+                "the 20 requests one after another: 10.0 (10.0-10.0, 20 requests)",
+                "the sequential requests", "10.0 tok/s", "8.0x",
+                "(7.6-8.4 from the spreads)",                              # 76 / 10, 84 / 10
+                branch="They DISAGREE", not_branch="They agree")
+    # the insight reads latency against one request alone, the sequential 5.00 s: 6.00 s at
+    # 20 users is 1.2x, a rise; against the outlier's 10.00 s it would have "hardly changed"
+    lines = task6.insights(levels, seq, alone)
+    assert_says(lines[0], "8.0x", "10.0 -> 80.0 tok/s", branch="SCALES")
+    assert_says(lines[2], "5.00 s alone", "6.00 s", "(1.2x)", branch="latency rose",
+                not_branch="hardly changed")
+    assert_says(task6.insights(levels, seq)[2], "10.00 s alone", branch="hardly changed",
+                not_branch="latency rose")
+
+    # passes of 5.0 s each, as the sequential requests: they agree; the 1-user level is the
+    # baseline, 80 / 10 = 8.0x, and its median pass gives the latency alone
+    steady = [level(1, 5.0, 5.0, 0.2), level(1, 5.2, 5.2, 0.2), level(1, 4.9, 4.9, 0.2)]
+    alone = task6.alone_of(steady, sequential_of(20, 5.1))
+    assert alone.agree and alone.used == task6.LEVEL
+    assert (alone.tokens_per_s, alone.latency_s) == (10.0, 5.0)
+    assert task6.print_scaling([steady[0], twenty], spreads, alone, 20) == 8.0
+    out = " ".join(capsys.readouterr().out.split())
+    assert_says(out, "the 1-user level", branch="They agree", not_branch="DISAGREE")
+    # no sequential requests (--no-sequential): the level alone, nothing to check it against
+    alone = task6.alone_of(one_user, None)
+    assert alone.agree and alone.used == task6.LEVEL and alone.sequential is None
+
+
+def test_task6_levels_take_turns_and_keep_their_median_pass():
+    passes = [[level(1, 10.0, 10.0, 0.2), level(1, 5.0, 5.0, 0.2), level(1, 6.0, 6.0, 0.2)],
+              [level(4, 8.0, 7.0, 0.3), level(4, 9.0, 8.0, 0.3), level(4, 7.0, 6.0, 0.3)]]
+    # tok/s 5.0, 10.0, 8.3: the median pass is the third; 25.0, 22.2, 28.6: the first
+    assert task6.median_passes(passes) == [passes[0][2], passes[1][0]]
 
 
 def test_task2_speedup_by_hand(capsys):

@@ -46,7 +46,15 @@ def test_task5_starts_then_reuses_and_both_clients_answer(tiny_model, port):
     step = steps.by_name()["task_5_api_server"]              # read back typed, as the summary
     typed = step.load()
     assert typed.openai_client.completion_tokens == 12 and typed.settings.max_tokens == 12
-    assert step.row(typed) == f"/v1/completions, {r['raw_http']['latency_s']:.2f} s"
+    # the first request timed apart; then 3 passes of each in turns, the median pass kept whole
+    assert r["first_request"]["completion_tokens"] == 12
+    for client, passes in (("raw_http", "raw_latency"), ("openai_client", "sdk_latency")):
+        spread = r[passes]
+        assert spread["num_passes"] == 3 and spread["median"] == r[client]["latency_s"]
+        assert 0 < spread["low"] <= spread["median"] <= spread["high"]
+    spread = r["raw_latency"]
+    assert step.row(typed) == (f"/v1/completions, {spread['median']:.2f} s "
+                               f"({spread['low']:.2f}-{spread['high']:.2f})")
     assert_fits(proc.stdout)
     assert proc.stdout.count("\nModel:") == 1                # the model row once per report
 
@@ -84,6 +92,16 @@ def test_task6_counts_tokens_and_users(tiny_model, port):
     # the factor's arithmetic is checked by hand in tests/test_reports.py; here, that the
     # report prints what was saved
     assert f"Scaling factor:                   {r['scaling_factor']:.1f}x" in proc.stdout
+    # one request alone, two ways: the 1-user level's 3 passes, the 6 sequential requests; the
+    # factor divides by the one the report names
+    alone = r["alone"]
+    assert alone["level"]["num_passes"] == 3 and alone["sequential"]["num_passes"] == 6
+    agree = (alone["level"]["low"] <= alone["sequential"]["high"]
+             and alone["sequential"]["low"] <= alone["level"]["high"])
+    assert alone["used"] == ("the 1-user level" if agree else "the sequential requests")
+    assert ("They agree" if agree else "They DISAGREE") in proc.stdout
+    peak = max(lv["tokens_per_s"] for lv in r["levels"])
+    assert r["scaling_factor"] == pytest.approx(peak / alone["tokens_per_s"])
 
 
 def test_the_server_runs_its_worker_in_the_engine_core(port):
@@ -234,3 +252,7 @@ def test_tasks_5_and_6_talk_to_the_lab_server_on_the_real_model(lab_run):
                                                                 20 * QUICK_TOKENS]
     assert all(lv["num_ok"] == lv["num_users"] for lv in t6["levels"])
     assert t6["server_state"] == "reused"
+    # the quick lab keeps the passes: 3 of each client, 3 of each level, in turns
+    assert t5["raw_latency"]["num_passes"] == t5["sdk_latency"]["num_passes"] == 3
+    assert t6["num_passes"] == 3 and [s["num_passes"] for s in t6["spreads"]] == [3, 3]
+    assert [s["median"] for s in t6["spreads"]] == [lv["tokens_per_s"] for lv in t6["levels"]]

@@ -1,0 +1,83 @@
+"""Task 6's record: every level's median pass and the spread of its passes, one request alone
+measured two ways (Alone: the 1-user level against the sequential requests) and the baseline
+the scaling factor divides by; the summary's row."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from common import load, measure, results
+
+
+@dataclass
+class Alone(results.Record):
+    """One request with the server to itself, measured two ways in one run: the 1-user level's
+    passes and the sequential requests (each of them alone too). Tokens/s per request."""
+    level: measure.Spread                    # the 1-user level, a value per pass
+    sequential: measure.Spread | None        # each request sent one after another
+    used: str                                # which one the scaling factor divides by
+    tokens_per_s: float                      # its median
+    latency_s: float | None                  # its median end-to-end latency
+    tpot_s: float | None                     # its time per output token
+
+    @property
+    def agree(self) -> bool:
+        return self.sequential is None or self.level.agrees(self.sequential)
+
+
+LEVEL, SEQUENTIAL = "the 1-user level", "the sequential requests"
+
+
+def alone_of(one_user: list[load.LoadLevel], sequential: load.LoadLevel | None) -> Alone:
+    """The two figures of one request alone, and the one the scaling divides by: the 1-user
+    level where they agree (the source's baseline); where they disagree, the one of more
+    passes, the sequential requests (20 against 3), whichever way that moves the factor."""
+    level = measure.Spread.of(lv.tokens_per_s for lv in one_user)
+    median_pass = one_user[measure.median_index([lv.tokens_per_s for lv in one_user])]
+    alone = Alone(level, None, LEVEL, level.median, median_pass.mean_latency_s,
+                  median_pass.mean_tpot_s)
+    if sequential is not None and len(sequential.ok) >= 2:
+        alone.sequential = measure.Spread.of(r.output_tokens / r.latency_s for r in sequential.ok)
+        if not alone.agree and alone.sequential.num_passes > level.num_passes:
+            alone.used, alone.tokens_per_s = SEQUENTIAL, alone.sequential.median
+            alone.latency_s = statistics.median(r.latency_s for r in sequential.ok)
+            alone.tpot_s = statistics.median(r.tpot_s for r in sequential.ok)
+    return alone
+
+
+def scaling_range(peak: measure.Spread, alone: Alone) -> tuple[float, float]:
+    """The factor from the ends of the two spreads: the slowest peak pass over the fastest
+    baseline, the fastest over the slowest."""
+    base = alone.sequential if alone.used == SEQUENTIAL else alone.level
+    return peak.low / base.high, peak.high / base.low
+
+
+@dataclass
+class MultiUserLoad(results.Result):
+    """Task 6's result: every level as it was measured (common.load.LoadLevel), the server it
+    ran against and the load's settings."""
+    base_url: str
+    server_state: str                   # started, reused, restarted or external (--base-url)
+    users_per_level: list[int]          # --users, in the order the levels ran
+    max_tokens: int                     # new tokens per request
+    temperature: float
+    levels: list[load.LoadLevel]
+    scaling_factor: float               # peak tokens/s over the first level's (0: it made none)
+    server_config: str | None = None    # the lab's server's settings (None: --base-url)
+    sequential: load.LoadLevel | None = None   # the largest group one after another
+    num_passes: int = 1                 # passes of every level, taking turns
+    spreads: list[measure.Spread] = field(default_factory=list)   # tokens/s, a level's passes
+    alone: Alone | None = None          # one request alone, two ways (a 1-user first level)
+    scaling_range: tuple[float, float] | None = None   # the factor from the spreads' ends
+
+
+def summary_row(m: MultiUserLoad) -> str:
+    measured = [lv for lv in m.levels if lv.tokens_per_s]
+    if not measured:
+        return "no level made a token"
+    top = max(measured, key=lambda lv: lv.tokens_per_s)
+    if len(m.spreads) != len(m.levels) or m.num_passes < 2:
+        return f"{top.num_users} users {top.tokens_per_s:.1f} tok/s ({m.scaling_factor:.1f}x)"
+    spread = m.spreads[m.levels.index(top)]
+    return (f"{top.num_users} users {top.tokens_per_s:.1f} tok/s ({spread.low:.1f}-"
+            f"{spread.high:.1f}), {m.scaling_factor:.1f}x")

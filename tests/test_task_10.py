@@ -10,7 +10,9 @@ import pytest
 
 import task_10_prefix_caching as task10
 from common import figures, results, settings, steps
+from common.measure import Spread
 from lessons.task_10 import report as task_10_report
+from lessons.task_10.record import summary_row
 from tests.conftest import assert_fits, run_script, saved_result
 from tests.hand.task_10_prefix_caching import SUMMARY_ROW
 from tests.hand.task_10_prefix_caching import record as hand_result
@@ -105,23 +107,27 @@ def test_a_record_without_page_tables_draws_nothing():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_10_report.insights(hand_result())
-    assert len(lines) == 6
-    # fp32: 32 of 32 identical with the cache on and off
-    assert_says(lines[0], "32/32 requests", "fp32", branch="changed no token", not_branch="a bug")
-    # bfloat16: 31 of 32 matched, fp32 all 32: rounding, not the cache
-    assert_says(lines[1], "bfloat16", "31/32", "32/32", branch="rounding")
+    assert len(lines) == 5
+    # fp32: 32 of 32 identical with the cache on and off; bfloat16: 31 of 32 matched, so the
+    # one that differs is rounding, not the cache
+    assert_says(lines[0], "no token in fp32 (32/32 identical)", "bfloat16 31/32",
+                branch=("changed no token", "rounding"), not_branch="a bug")
     # 1 - 884 / 3,364 = 74% fewer prompt tokens computed; 90 shared, 5 whole pages of 16 = 80
     # of them; TTFT 2.22 -> 1.05 s; 512 tokens in 2.5 s against 3.9 s: 3.9 / 2.5 = 1.56x
-    assert_says(lines[2], "74%", "90 tokens", "80 of them", "2.22 -> 1.05 s", "1.56x")
+    assert_says(lines[1], "74%", "90 tokens", "80 of them", "2.22 -> 1.05 s", "1.56x")
     # 53 pages at the peak with sharing, 128 without: 128 / 53 = 2.4x the requests
-    assert_says(lines[3], "53", "128", "2.4x")
+    assert_says(lines[2], "53", "128", "2.4x")
     # the control (nothing shared): 512 / 3.80 = 134.7 tokens/s against 512 / 3.93 = 130.3
     # (+3.4%); bookkeeping 5 ms either way, a gap under 1% of 3.8 s (38 ms), which is under the
     # 0.13 s between the runs: noise
-    assert_says(lines[4], "134.7 tokens/s", "130.3", "+3.4%", "5 ms", "3.8 s", "5 ms",
+    assert_says(lines[3], "134.7 tokens/s", "130.3", "+3.4%", "5 ms", "3.8 s", "5 ms",
                 branch="noise")
     # vLLM: 2,480 of 3,364 prompt tokens hit (74%); TTFT 2.15 -> 1.02 s; 4.0 / 2.6 = 1.54x
-    assert_says(lines[5], "74%", "2.15 -> 1.02 s", "1.54x", branch="vLLM found")
+    assert_says(lines[4], "74%", "2.15 -> 1.02 s", "1.54x", branch="vLLM found")
+    record = hand_result()
+    record.num_identical_in_dtype = 32                  # bfloat16 matched all too
+    assert_says(task_10_report.insights(record)[0], "32/32 requests identical in fp32",
+                branch="changed no token", not_branch=("rounding", "a bug"))
 
 
 def test_the_insight_changes_when_the_figures_do():
@@ -145,6 +151,25 @@ def test_the_insight_changes_when_the_figures_do():
     # a bug in fp32 is not explained away as rounding, whatever bfloat16 showed
     record.num_identical_in_dtype = 29
     assert not any("rounding" in line for line in task_10_report.insights(record))
+
+
+def test_passes_in_turns_decide_whether_the_control_gap_is_noise():
+    """With passes, the control's tokens/s ranges decide: overlapping, the gap is noise; apart,
+    it is not, whatever one run each would have said. The summary row shows TTFT's range."""
+    record = hand_result()
+    off, on = record.control                         # 134.7 against 130.3 tok/s, 5 ms each
+    off.tokens_per_s_spread = Spread(130.3, 126.0, 133.0, 3)
+    on.tokens_per_s_spread = Spread(134.7, 131.0, 138.0, 3)    # overlaps 126-133
+    assert_says(task_10_report.insights(record)[3], "+3.4%", "median of 3 passes each",
+                branch="noise", not_branch="one run each")
+    on.tokens_per_s_spread = Spread(134.7, 134.0, 138.0, 3)    # apart from 126-133
+    assert_says(task_10_report.insights(record)[3], "+3.4%", "median of 3 passes each",
+                not_branch=("noise", "one run each"))
+    chat_off, chat_on = record.mini_engine
+    chat_off.ttft_spread, chat_on.ttft_spread = Spread(2.22, 2.1, 2.4, 3), Spread(1.05, 1.0,
+                                                                                  1.2, 3)
+    assert summary_row(record) == ("hit 74%, TTFT 2.22 (2.10-2.40) -> 1.05 (1.00-1.20) s, "
+                                   "vLLM hit 74%")
 
 
 def test_the_report_from_the_record(capsys):
@@ -183,8 +208,8 @@ def test_the_report_from_the_record(capsys):
     # 5 whole blocks of 16: at most 31 x 80 = 2,480 of 3,364 (73.7%)
     assert "at most 31 x 80 = 2,480 of 3,364 prompt tokens can hit (73.7%)" in text
     assert "first request 0 of 106; request 2 80 of 103; first request again 96 of 106" in text
-    assert "The cache changed no token: 32/32 requests identical in fp32" in text
-    assert "In bfloat16, 31/32 matched; fp32 matched 32/32, so the difference is rounding" in text
+    assert ("The cache changed no token in fp32 (32/32 identical); in bfloat16 31/32 matched, "
+            "so the difference is rounding") in text
     assert "cut the prompt tokens computed by 74%" in text   # 1 - 884 / 3,364
     assert "TTFT mean 2.22 -> 1.05 s, 1.56x tokens/s" in text   # 3.9 s against 2.5 s
     assert "Pages held at the peak: 53 with sharing, 128 without" in text

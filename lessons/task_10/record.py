@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common import load, results
+from common import load, measure, results
 
 LABELS = ("cache off", "cache on")   # the order of every list of runs in the record
 
@@ -81,6 +81,9 @@ class EngineRun(results.Record):
     num_pages_peak: int         # the most pages in use at one step
     bookkeeping_s: float        # the steps' scheduling phase: admission, look-ups, page hashes
     peak: PageSnapshot | None = None   # the page tables at that step
+    # every pass's figures, where the run is the median pass of several (None: one pass)
+    tokens_per_s_spread: measure.Spread | None = None
+    ttft_spread: measure.Spread | None = None          # mean TTFT, seconds
     outputs: list[list[int]] = field(default_factory=list, init=False, repr=False,
                                      compare=False)   # each request's tokens; not saved
 
@@ -135,5 +138,12 @@ def summary_row(res: PrefixCaching) -> str:
     off, on = res.mini_engine
     vllm = res.vllm[1].hit_fraction if res.vllm else None
     vllm_text = "" if vllm is None else f", vLLM hit {100 * vllm:.0f}%"
-    return (f"hit {100 * on.hit_fraction:.0f}%, TTFT {off.mean_ttft_s:.2f} -> "
-            f"{on.mean_ttft_s:.2f} s{vllm_text}")
+    return f"hit {100 * on.hit_fraction:.0f}%, TTFT {ttft(off)} -> {ttft(on)} s{vllm_text}"
+
+
+def ttft(run: EngineRun) -> str:
+    """'2.22' for one pass; '2.22 (2.10-2.31)' for the median of several."""
+    s = run.ttft_spread
+    if s is None or s.num_passes < 2:
+        return f"{run.mean_ttft_s:.2f}"
+    return f"{run.mean_ttft_s:.2f} ({s.low:.2f}-{s.high:.2f})"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 from pathlib import Path
 
 from common import cli, figures, report, results, settings, steps
@@ -143,6 +144,14 @@ def folded_report(part: steps.Step, res: dict[str, results.Result], stale: dict[
             + "</details>")
 
 
+def glossary_link() -> str:
+    """A link to docs/glossary.md, relative to where the page is written, so it opens offline."""
+    glossary = settings.REPO_DIR / "docs" / "glossary.md"
+    href = Path(os.path.relpath(glossary, settings.results_dir())).as_posix()
+    return (f'<p>The terms the reports use (TTFT, TPOT, PSS, spread...), one line each: '
+            f'<a href="{html.escape(href)}">docs/glossary.md</a></p>')
+
+
 def build(parts: list[steps.Step]) -> str:
     res, stale = steps.load_all(parts)
     reports = "\n".join(folded_report(p, res, stale) for p in parts)
@@ -150,7 +159,8 @@ def build(parts: list[steps.Step]) -> str:
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<link rel="icon" href="data:,"><title>vLLM lab report</title>'
             f"<style>{STYLE}</style></head><body>"
-            f"<h1>vLLM lab report</h1>{header(res)}\n{steps_table(res, stale)}\n"
+            f"<h1>vLLM lab report</h1>{header(res)}\n{glossary_link()}\n"
+            f"{steps_table(res, stale)}\n"
             f"{figures_part(parts, res)}\n"
             f'<h2 id="reports">Every step\'s report (click to open)</h2>\n{reports}\n'
             f"</body></html>\n")

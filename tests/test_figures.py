@@ -184,6 +184,9 @@ def test_report_page_leads_with_the_table_then_figures_then_folded_reports(model
     assert "Memory utilization:" in page[reports:]
     assert "No report text saved" in page                  # task 6: a result without its text
     assert "src=\"http" not in page and "href=\"http" not in page   # opens offline
+    # the glossary of the reports' terms, linked where the page lies
+    (href,) = re.findall(r'<a href="([^"]+)">docs/glossary.md</a>', page)
+    assert (settings.results_dir() / href).resolve() == settings.REPO_DIR / "docs/glossary.md"
 
 
 def test_report_page_in_a_real_browser(model_args, tmp_path, capsys):

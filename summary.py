@@ -36,6 +36,7 @@ class Summary(results.Result):
     roofline: rl.Placement | None = None
     engine_point: rl.EnginePoint | None = None   # task 9's engine on the roofline figure
     lab_run: results.LabRun | None = None
+    cross_checks: list[str] = field(default_factory=list)   # the same thing measured twice
 
 
 RECORD = Summary
@@ -64,7 +65,9 @@ def print_roofline(r: rl.Placement, measured: str) -> None:
     report.row("Machine figures", measured)
     report.row("Memory bandwidth (GB/s)", f"{r.bandwidth_gb_s:.1f} (sum of a "
                f"{rl.BANDWIDTH_MIB} MiB tensor, {r.threads} threads, best of "
-               f"{rl.BANDWIDTH_REPEATS})")
+               f"{rl.BANDWIDTH_REPEATS}" + (f": {r.bandwidth_low_gb_s:.1f}-{r.bandwidth_gb_s:.1f}"
+                                             if r.bandwidth_low_gb_s else "")
+               + "; every step of the run read this one)")
     sizes = r.matmul_n or {}
     gflops = [f"{g:,.0f}" if g >= 100 else f"{g:.2g}"   # 0.3 where bf16 is not native
               for g in (r.matmul_gflop_s["float32"], r.matmul_gflop_s["bfloat16"])]
@@ -102,12 +105,16 @@ def print_roofline(r: rl.Placement, measured: str) -> None:
             "by memory bandwidth. A batch shares that read: each step reads the weights once "
             "for all its requests, so tokens/s grows with the batch until the matmuls, not the "
             "reads, take the time.")
-    if six and six.one_user:
+    if six and six.one_user and six.step_ms >= six.one_user.step_ms:
         one = six.one_user
         text += (f" Here the server's step took {one.step_ms:.0f} ms for 1 request and "
                  f"{six.step_ms:.0f} ms for {six.users}: "
                  f"{six.tokens_per_s / one.tokens_per_s:.1f}x the tokens/s for "
                  f"{six.step_ms / one.step_ms:.1f}x the step time.")
+    elif six and six.one_user:   # a step of many cannot be shorter than a step of one
+        text += (f" Here the server's 1-user step ({six.one_user.step_ms:.0f} ms) came out "
+                 f"longer than its {six.users}-user step ({six.step_ms:.0f} ms): the 1-user "
+                 f"figure is suspect (task 6 checks it against its sequential requests).")
     report.paragraph(text)
     print_rungs(r)
 
@@ -121,20 +128,29 @@ def explain_rungs(rungs: list[rl.Rung]) -> str:
     engine = [g.label for g in rungs if g.larger_gap == "engine"]
     below = [g.label for g in rungs if g.engine_ms < 0]
     text = []
+    library = [g for g in library if g not in below]
+    engine = [g for g in engine if g not in below]
     if library:
         text.append(f"{names(library)}: most of the time below the ceiling is the matmul library. "
                     f"The model's own matmuls alone, on these skinny shapes (a few rows against "
                     f"each weight), run far below this machine's square-matmul peak; the rest of "
-                    f"the step (attention, sampling, scheduling, HTTP) is the smaller part.")
+                    f"the step is the smaller part.")
     if engine:
         text.append(f"{names(engine)}: most of the time below the ceiling is the rest of the "
-                    f"step, beyond the matmuls (attention, sampling, the framework's Python; a "
-                    f"server's scheduling and HTTP); the model's matmuls alone are the smaller "
-                    f"part.")
+                    f"step, beyond the model's matmuls alone. What that rest is (attention, "
+                    f"sampling, Python; for a server, its loop and HTTP) was not timed apart "
+                    f"here.")
     if below:
-        text.append(f"{names(below)} ran faster than the floor: its engine multiplies with "
-                    f"kernels of its own, so read the floor as an upper bound there.")
+        text.append(f"{names(below)} ran faster than the floor: its engine's kernels beat "
+                    f"F.linear, so the floor is no floor there and its step is not split.")
     return " ".join(text)
+
+
+def gaps(g: rl.Rung) -> tuple[str, str]:
+    """The library and engine gaps of a step; none where the step beat its floor (no floor)."""
+    if g.engine_ms < 0:
+        return "-", "-"
+    return f"{g.library_ms:.0f} ({g.library_pct:.0f}%)", f"{g.engine_ms:.0f} ({g.engine_pct:.0f}%)"
 
 
 def print_rungs(r: rl.Placement) -> None:
@@ -148,8 +164,7 @@ def print_rungs(r: rl.Placement) -> None:
         return
     report.table(["Step", "Ceiling", "Floor", "Measured", "Library gap", "Engine gap"],
                  [(g.label, f"{g.ceiling_ms:.1f}", f"{g.floor_ms:.1f}",
-                   f"{g.step_ms:.1f}", f"{g.library_ms:.0f} ({g.library_pct:.0f}%)",
-                   f"{g.engine_ms:.0f} ({g.engine_pct:.0f}%)") for g in r.rungs],
+                   f"{g.step_ms:.1f}", *gaps(g)) for g in r.rungs],
                  widths=[18, 8, 7, 9, 12, 11])
     report.note("Ceiling: one read of the weights (+ KV) at the measured bandwidth, or the "
                 "batch's FLOPs at peak matmul, whichever takes longer.")
@@ -228,6 +243,52 @@ def print_table(res: dict[str, results.Result], stale: dict[str, str]
     return rows
 
 
+# --- the same thing measured twice in one run -------------------------------------------------
+# Two figures without spreads (one pass, or a best pass) are told apart only past the machine's
+# drift: its speed moves by a fifth within minutes (docs/measurements.md).
+DRIFT = 0.2
+
+
+def cross_checks(res: dict[str, results.Result]) -> list[str]:
+    """One line per pair of figures this run measured of the same thing: do they agree, and
+    which one the lab's figure used. Only pairs whose steps both ran."""
+    lines = []
+    two, six = res.get("task_2_vllm_inference"), res.get("task_6_multi_user_load")
+    alone = six.alone if six else None
+    if alone and alone.sequential:
+        verdict = "agree" if alone.agree else "DISAGREE"
+        lines.append(f"One request alone, task 6: the 1-user level {alone.level.text()} and "
+                     f"the requests one after another {alone.sequential.text(what='requests')} "
+                     f"tok/s {verdict}; its scaling divides by {alone.used}.")
+    spread = two.tokens_per_s_spread if two else None
+    if alone and spread:
+        same = spread.agrees(alone.level)
+        lines.append(f"One request, task 2 offline (vLLM in-process) {spread.text()} against "
+                     f"task 6's 1-user level over HTTP {alone.level.text()} tok/s: "
+                     + ("they agree." if same else
+                        f"they DISAGREE, by {spread.median / alone.level.median:.2f}x: what "
+                        f"the server adds (HTTP, streaming, its loop), not measured apart."))
+    nine, thirteen = res.get("task_9_build_your_own_engine"), res.get("task_13_compiled_step")
+    ratio_9 = nine.engine_over_vllm if nine else None
+    ratio_13 = thirteen.over_vllm("eager") if thirteen else None
+    if ratio_9 and ratio_13:
+        near = abs(ratio_9 / ratio_13 - 1) <= DRIFT
+        lines.append(f"mini_engine / vLLM eager on task 9's workload: task 9 {ratio_9:.2f}x "
+                     f"(one pass each), task 13 {ratio_13:.2f}x (passes in turns): "
+                     + ("within the machine's drift of each other." if near else
+                        "more apart than the machine's drift; read task 13's, whose ways "
+                        "took turns."))
+    return lines
+
+
+def print_cross_checks(res: dict[str, results.Result], summary: Summary) -> None:
+    summary.cross_checks = cross_checks(res)
+    if summary.cross_checks:
+        report.section("THE SAME THING, MEASURED TWICE IN THIS RUN")
+        for line in summary.cross_checks:
+            report.note(f"- {line}", hang=2)
+
+
 # --- the roofline: tasks 1, 2 and 6 under this machine's ceilings ----------------------------
 def roofline_inputs(res: dict[str, results.Result]) -> tuple[dict, str, int] | None:
     """(model config, dtype, context) of the run that tasks 1, 2 and 6 measured, or None."""
@@ -248,8 +309,8 @@ def roofline_inputs(res: dict[str, results.Result]) -> tuple[dict, str, int] | N
 def measured_steps(res: dict[str, results.Result]) -> list[rl.MeasuredStep]:
     """The decode steps tasks 1, 2 and 6 measured. One request: total time / generated tokens
     (the saved tok/s is rounded); the server: task 6's measured time per output token (TPOT),
-    the step time while a batch decodes (requests / tok/s where it is missing), at 1 user and
-    at its largest level."""
+    the step time while a batch decodes (requests / tok/s where it is missing), at 1 user (the
+    baseline task 6's scaling divided by) and at its largest level."""
     out = []
     for name, label in (("task_1_hf_baseline", "HF, 1 request"),
                         ("task_2_vllm_inference", "vLLM, 1 request")):
@@ -266,7 +327,12 @@ def measured_steps(res: dict[str, results.Result]) -> list[rl.MeasuredStep]:
 
         top = max(levels, key=lambda lv: lv.num_users)
         low = min(levels, key=lambda lv: lv.num_users)
-        if low.num_users == 1 and top.num_users > 1:
+        alone = six.alone
+        if alone and alone.tpot_s and top.num_users > 1:   # the baseline task 6 divided by
+            out.append(rl.MeasuredStep("task_6_multi_user_load", "server, 1 user", 1,
+                                       alone.tokens_per_s, 1000 * alone.tpot_s,
+                                       f"measured TPOT, {alone.used}"))
+        elif low.num_users == 1 and top.num_users > 1:
             out.append(rl.MeasuredStep("task_6_multi_user_load", "server, 1 user", 1,
                                        low.tokens_per_s, step_ms(low), "measured TPOT"))
         out.append(rl.MeasuredStep("task_6_multi_user_load", f"server, {top.num_users} users",
@@ -305,6 +371,32 @@ def roofline_section(res: dict[str, results.Result], measure: bool, summary: Sum
     print_roofline(summary.roofline, found.source)
 
 
+def insights(res: dict[str, results.Result]) -> list[str]:
+    """The source's conclusion, tested on this run's own figures: what vLLM gave one request
+    (task 2) against what a batch gave (task 6), and what paging fit in the same memory
+    (task 4). A line only where its steps ran."""
+    two, four, six = (res.get(name) for name in ("task_2_vllm_inference",
+                                                 "task_4_paged_attention",
+                                                 "task_6_multi_user_load"))
+    lines = []
+    if two and six and six.scaling_factor:
+        top = max(six.levels, key=lambda lv: lv.tokens_per_s).num_users
+        line = (f"One request: vLLM made {two.speedup:.1f}x HuggingFace's tokens/s (task 2); "
+                f"{top} users at once made {six.scaling_factor:.1f}x one request alone (task 6)")
+        lines.append(line + (": as in the source, vLLM's gain is in serving many requests as "
+                             "one batch, not in serving one faster"
+                             if six.scaling_factor > two.speedup else
+                             ": unlike the source, the batch gained no more than one request "
+                             "did on this machine"))
+    if four:
+        lines.append(f"The same KV memory held {four.users_paged} requests in pages against "
+                     f"{four.users_contiguous} allocated contiguously at full length (task 4)"
+                     + (": paging is what lets the batch grow"
+                        if four.users_paged > four.users_contiguous else
+                        ": paging fit no more requests with these lengths"))
+    return lines or ["Run the tasks (make lab) for the figures this summary compares"]
+
+
 def main(argv: list[str] | None = None) -> Summary:
     args = parse_args(argv)
     res, stale = steps.load_all()
@@ -312,16 +404,13 @@ def main(argv: list[str] | None = None) -> Summary:
     report.title("Summary: the vLLM lab, step by step")
     print_what_ran(res, summary)
     summary.rows = print_table(res, stale)
+    print_cross_checks(res, summary)
     if not args.no_roofline:
         roofline_section(res, args.measure, summary)
     if "lab_run" in res:
         print_lab_run(res["lab_run"])
         summary.lab_run = res["lab_run"]
-    report.insight([
-        "vLLM's value is not one fast request: it packs more requests into the same KV memory "
-        "(PagedAttention) and runs them as one batch (continuous batching)",
-        "A tok/s figure without its concurrency tells half the story",
-    ])
+    report.insight(insights(res))
     figures.saved(results.save(SCRIPT, summary), summary, FIGURES)
     return summary
 

@@ -329,6 +329,7 @@ class Placement(results.Record):
     rungs: list[Rung] = field(default_factory=list)
     kernel_floor: KernelFloor | None = None
     matmul_n: dict[str, int] | None = None
+    bandwidth_low_gb_s: float | None = None   # the slowest of the bandwidth's passes
 
 
 def floor_batches(steps: list[MeasuredStep]) -> list[int]:
@@ -381,7 +382,9 @@ def place(steps: list[MeasuredStep], cost: ModelCost, machine: Machine, context:
         bytes_per_token=cost.bytes_per_token(context), flops_per_token=cost.flops_per_token(context),
         bandwidth_ceiling_tok_s=single.tokens_per_s, compute_ceiling_tok_s=top,
         ridge_batch=ridge_batch(cost, machine, context), placed=placed, rungs=rungs,
-        kernel_floor=floor, matmul_n=machine.matmul_n)
+        kernel_floor=floor, matmul_n=machine.matmul_n,
+        bandwidth_low_gb_s=(machine.bandwidth_passes.low / 1e9 if machine.bandwidth_passes
+                            else None))
 
 
 def _batched(steps: list[MeasuredStep]) -> set[str]:

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,11 +19,13 @@ import task_8_dashboard as task8
 import task_6_multi_user_load as task6
 import task_7_tuning as task7
 import verify_environment
-from common import memory, results, steps
+from common import measure, memory, results, steps
 from common import roofline as rl
 from common.load import LoadLevel
+from lessons.task_6.record import LEVEL, Alone
 from tests import hand
 from tests.conftest import assert_fits, run_script, saved_result
+from tests.says import assert_says
 
 # SmolLM-135M's config.json (the source's model; SmolLM2-135M has the same shapes)
 SMOLLM = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -183,22 +186,117 @@ def test_no_rungs_without_a_floor_for_this_model_dtype_and_batches():
         assert rl.place(measured, cost, MACHINE, context=36, floor=floor).rungs == []
 
 
+def alone(level: tuple, sequential: tuple | None) -> Alone:
+    """Task 6's one request alone: (median, low, high) tok/s of its 1-user level's 3 passes and
+    of its 20 sequential requests."""
+    seq = measure.Spread(*sequential, 20) if sequential else None
+    return Alone(measure.Spread(*level, 3), seq, LEVEL, level[0], 1.5, 0.03)
+
+
+def test_the_same_thing_measured_twice_is_compared_both_ways():
+    """Each pair of figures of one thing is compared, and the line says which way it came out."""
+    two = hand.fill(task2.VLLMInference, generated_tokens=50,
+                    pass_times_s=[1.6, 1.7, 1.8])                  # 31.25, 29.4, 27.8 tok/s
+    agree = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
+        task6.MultiUserLoad, alone=alone((30.0, 28.0, 31.0), (29.0, 25.0, 33.0)))}
+    lines = summary.cross_checks(agree)
+    assert len(lines) == 2
+    assert "tok/s agree; its scaling divides by the 1-user level" in lines[0]
+    assert lines[1].endswith("they agree.")
+    # the outlier of the AMX Xeon's run: a 1-user level at half the speed of its twin
+    apart = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
+        task6.MultiUserLoad, alone=alone((14.7, 14.0, 15.0), (34.0, 33.0, 35.0)))}
+    lines = summary.cross_checks(apart)
+    assert "tok/s DISAGREE" in lines[0]
+    assert "they DISAGREE, by 2.00x" in lines[1]                   # 29.4 / 14.7
+    # task 9's ratio against task 13's on the same workload
+    nine = SimpleNamespace(engine_over_vllm=1.46)
+    near = summary.cross_checks({"task_9_build_your_own_engine": nine,
+                                 "task_13_compiled_step": SimpleNamespace(
+                                     over_vllm=lambda mode: 1.30)})
+    assert near == [near[0]] and "within the machine's drift" in near[0]
+    far = summary.cross_checks({"task_9_build_your_own_engine": nine,
+                                "task_13_compiled_step": SimpleNamespace(
+                                    over_vllm=lambda mode: 1.04)})
+    assert "1.46x" in far[0] and "1.04x" in far[0] and "more apart than" in far[0]
+    assert summary.cross_checks({}) == []                         # nothing ran: no line
+
+
+def test_the_servers_one_user_step_is_task_6s_baseline():
+    """Where task 6's two figures of one request alone disagree, the roofline places the one
+    its scaling divided by (the sequential requests), not the 1-user level."""
+    six = hand.fill(task6.MultiUserLoad, levels=[level(1, 14.7, 0.068), level(20, 300.0, 0.064)],
+                    scaling_factor=8.8)
+    six.alone = Alone(measure.Spread(14.7, 14.0, 15.0, 3), measure.Spread(34.0, 33.0, 35.0, 20),
+                      "the sequential requests", 34.0, 1.47, 0.029)
+    one, top = summary.measured_steps({"task_6_multi_user_load": six})
+    assert (one.label, one.tokens_per_s, one.step_ms) == ("server, 1 user", 34.0, 29.0)
+    assert one.step_from == "measured TPOT, the sequential requests"
+    assert (top.users, top.step_ms) == (20, 64.0)
+    six.alone = None                                # an older result: the 1-user level
+    one, _ = summary.measured_steps({"task_6_multi_user_load": six})
+    assert (one.tokens_per_s, one.step_ms) == (14.7, 68.0)
+
+
+def test_a_batch_step_shorter_than_one_requests_is_called_suspect(capsys):
+    """A step of 20 cannot take less time than a step of 1 on the same server: the roofline's
+    text says the 1-user figure is suspect instead of dividing by it."""
+    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    for tpot_20, says, not_says in ((0.1, "took 68 ms for 1 request and 100 ms for 20",
+                                     "suspect"),
+                                    (0.05, "1-user step (68 ms) came out longer than its 20-user "
+                                     "step (50 ms): the 1-user figure is suspect", "took 68 ms")):
+        measured = steps_of((15.0, 3.3, 50), (28.0, 1.8, 50),
+                            [level(1, 14.7, 0.068), level(20, 300.0, tpot_20)])
+        summary.print_roofline(rl.place(measured, cost, MACHINE, context=36), "given")
+        out = " ".join(capsys.readouterr().out.split())
+        assert says in out and not_says not in out
+
+
+def test_the_summarys_insight_is_chosen_by_the_runs_figures():
+    """The source's conclusion (1.1x for one request, 12.6x for twenty) tested on this run's."""
+    res = {"task_2_vllm_inference": hand.fill(task2.VLLMInference, speedup=1.04),
+           "task_4_paged_attention": hand.fill(task4.PagedKV, users_paged=92,
+                                               users_contiguous=19),
+           "task_6_multi_user_load": hand.fill(task6.MultiUserLoad, scaling_factor=9.3,
+                                               levels=[level(1, 30.0), level(20, 279.0)])}
+    batch, paging = summary.insights(res)
+    assert_says(batch, "1.0x HuggingFace's", "20 users at once made 9.3x",
+                branch="as in the source", not_branch="unlike the source")
+    assert_says(paging, "92 requests in pages against 19", branch="lets the batch grow",
+                not_branch="no more requests")
+    res["task_2_vllm_inference"].speedup = 9.5              # one request gained more
+    res["task_4_paged_attention"].users_paged = 19
+    batch, paging = summary.insights(res)
+    assert_says(batch, "9.5x", "9.3x", branch="unlike the source", not_branch="as in the source")
+    assert_says(paging, "19 requests in pages against 19", branch="no more requests",
+                not_branch="lets the batch grow")
+    assert summary.insights({}) == ["Run the tasks (make lab) for the figures this summary "
+                                    "compares"]
+
+
 def test_the_explanation_is_chosen_by_the_larger_gap():
     library = rl.attribute_step(20.0, 73.0, 85.0, "vLLM, 1 request")
     engine = rl.attribute_step(20.0, 30.0, 85.0, "HF, 1 request")
     text = summary.explain_rungs([library])
     assert text.startswith("vLLM, 1 request: most of the time below the ceiling is the matmul "
                            "library.")
-    assert "the rest of the step, beyond the matmuls" not in text
+    assert "the rest of the step, beyond the model's matmuls" not in text
     text = summary.explain_rungs([engine])
     assert text.startswith("HF, 1 request: most of the time below the ceiling is the rest of "
-                           "the step, beyond the matmuls")
-    assert "matmul library" not in text
+                           "the step, beyond the model's matmuls alone")
+    # what the rest is was not measured: the text names it as not timed apart, never as the cause
+    assert "was not timed apart here" in text and "matmul library" not in text
     both = summary.explain_rungs([library, engine])
     assert "vLLM, 1 request: most of the time below the ceiling is the matmul library" in both
     assert "HF, 1 request: most of the time below the ceiling is the rest of the step" in both
     faster = rl.attribute_step(50.0, 180.0, 170.0, "server, 20 users")
-    assert "server, 20 users ran faster than the floor" in summary.explain_rungs([faster])
+    text = summary.explain_rungs([faster])
+    # a floor the engine beats is no floor: no split, and no gap explained for that step
+    assert "server, 20 users ran faster than the floor" in text and "is not split" in text
+    assert "most of the time below the ceiling" not in text
+    assert summary.gaps(faster) == ("-", "-")
+    assert summary.gaps(engine) == ("10 (12%)", "55 (65%)")       # 10 / 85, 55 / 85
 
 
 def test_measure_kernel_floor_times_the_model_shapes():

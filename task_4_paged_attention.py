@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from common import cli, figures, kv, report, results, settings
 from lessons.task_4.figure import draw_pages
+from lessons.task_4.record import PagedFigures, PagedKV, PagedRequest, PagedSimulation, Slots
 
 SCRIPT = "task_4_paged_attention"
 
@@ -74,6 +75,8 @@ class PagedRun:
     num_pages_reused: int   # pages handed out again after the request that had them finished
     num_preempted: int      # times a request gave its pages back to let the others go on
     finish_steps: list[int]  # decode step at which each request had all its tokens
+    peak_step: int          # the first step at which num_pages_peak pages were in use
+    page_tables_at_peak: list[list[int]]   # each request's pages then ([]: none held)
 
 
 def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pages: int) -> PagedRun:
@@ -91,7 +94,8 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
     sequences = [Sequence(name) for name in names]
     finish_steps = [0] * len(sequences)
     handed_out: set[int] = set()
-    num_pages_peak = num_reused = num_preempted = step = 0
+    num_pages_peak = num_reused = num_preempted = step = peak_step = 0
+    tables_at_peak: list[list[int]] = [[] for _ in sequences]
     while not all(finish_steps):
         step += 1
         progressed = False
@@ -107,7 +111,10 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
             if len(seq.page_table) > num_pages:            # this token took a new page
                 num_reused += seq.page_table[-1] in handed_out
                 handed_out.add(seq.page_table[-1])
-        num_pages_peak = max(num_pages_peak, num_pool_pages - allocator.num_free)
+        if num_pool_pages - allocator.num_free > num_pages_peak:   # the pool as the figure draws it
+            num_pages_peak, peak_step = num_pool_pages - allocator.num_free, step
+            tables_at_peak = [[] if done else list(seq.page_table)
+                              for seq, done in zip(sequences, finish_steps)]
         for i, (seq, length) in enumerate(zip(sequences, lengths)):
             if not finish_steps[i] and seq.num_tokens == length:
                 finish_steps[i] = step
@@ -121,60 +128,10 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
     summary = kv.AllocationSummary([kv.Allocation(s.num_tokens, len(s.page_table) * page_size)
                                     for s in sequences])
     return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free,
-                    num_reused, num_preempted, finish_steps)
+                    num_reused, num_preempted, finish_steps, peak_step, tables_at_peak)
 
 
-# --- what task 4 saves -----------------------------------------------------------------------
-@dataclass
-class PagedSimulation(kv.Simulation):
-    page_size_tokens: int
-
-
-@dataclass
-class PagedRequest(results.Record):
-    """One request's pages: its page table, the slots they hold, when it gave them back."""
-    name: str
-    num_tokens: int
-    num_pages: int
-    page_ids: list[int]
-    allocated_slots: int
-    waste_pct: float
-    finish_step: int
-
-
-@dataclass
-class Slots(results.Record):
-    """An allocation's token slots: reserved, used, the share used."""
-    allocated_slots: int
-    used_slots: int
-    utilization_pct: float
-
-
-@dataclass
-class PagedFigures(Slots):
-    """...and what the page pool went through (PagedRun's figures)."""
-    num_pool_pages: int
-    num_pages_peak: int
-    num_pages_reused: int
-    num_preempted: int
-    num_pages_free_after: int
-
-
-@dataclass
-class PagedKV(results.Result):
-    settings: PagedSimulation
-    requests: list[PagedRequest]
-    paged: PagedFigures
-    contiguous: Slots
-    slots_saved: int
-    memory_ratio: float       # contiguous slots / paged slots
-    mean_paged_slots: int     # what a request holds on average, in whole pages' slots
-    users_contiguous: int     # users that fit in --total-slots, max_len each
-    users_paged: int          # ...and mean_paged_slots each
-    in_bytes: kv.InBytes
-    users_ratio: float | None = None   # None: not one user fits contiguously
-
-
+# --- what task 4 saves: lessons/task_4/record.py ------------------------------------------------
 RECORD = PagedKV
 
 
@@ -215,7 +172,8 @@ def print_pages(args, paged: PagedRun) -> None:
                     f"step {step}", indent=4)
     report.section("THE PAGE POOL, STEP BY STEP")
     report.row("Pages per request, summed", paged.summary.num_allocated // args.page_size)
-    report.row("Most in use at once (peak)", f"{paged.num_pages_peak} of {paged.num_pool_pages}")
+    report.row("Most in use at once (peak)", f"{paged.num_pages_peak} of {paged.num_pool_pages}, "
+                                             f"first at step {paged.peak_step}")
     report.row("Handed out again after a free", paged.num_pages_reused)
     report.row("Requests preempted", f"{paged.num_preempted} (pool full: the newest gave its "
                                      f"pages back and started over)" if paged.num_preempted
@@ -256,10 +214,11 @@ def insights(contiguous: kv.AllocationSummary, paged: PagedRun) -> list[str]:
 
 
 def saved_requests(paged: PagedRun) -> list[PagedRequest]:
-    """Each request's pages as saved (the figure of the pool reads their page ids)."""
+    """Each request's pages as saved (the figure of the pool reads those held at the peak)."""
     return [PagedRequest(s.name, s.num_tokens, len(s.page_table), s.page_table, a.num_allocated,
-                         round(a.waste_pct, 1), step)
-            for s, a, step in zip(paged.sequences, paged.summary.allocations, paged.finish_steps)]
+                         round(a.waste_pct, 1), step, at_peak)
+            for s, a, step, at_peak in zip(paged.sequences, paged.summary.allocations,
+                                           paged.finish_steps, paged.page_tables_at_peak)]
 
 
 def result(args, contiguous: kv.AllocationSummary, paged: PagedRun, mean_paged: int,
@@ -271,7 +230,7 @@ def result(args, contiguous: kv.AllocationSummary, paged: PagedRun, mean_paged: 
         saved_requests(paged),
         PagedFigures(s.num_allocated, s.num_used, round(s.utilization_pct, 1),
                      paged.num_pool_pages, paged.num_pages_peak, paged.num_pages_reused,
-                     paged.num_preempted, paged.num_free_after),
+                     paged.num_preempted, paged.num_free_after, paged.peak_step),
         Slots(contiguous.num_allocated, contiguous.num_used, round(contiguous.utilization_pct, 1)),
         contiguous.num_allocated - s.num_allocated,
         round(contiguous.num_allocated / s.num_allocated, 1), mean_paged, users_contiguous,

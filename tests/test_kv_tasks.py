@@ -13,6 +13,7 @@ from common import figures, kv, settings, steps
 from lessons.task_4 import figure as task_4_figure
 from tests import hand
 from tests.conftest import run_script, saved_result
+from tests.says import assert_says
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,7 @@ def test_task4_reproduces_the_source(model_args, capsys):
     # each); step 128: Medium paragraph 8 + Long document 8 = 16; then Long document alone grows
     # to 16. Peak 16, not the 34 pages the five hold in all.
     assert (paged.num_pool_pages, paged.num_pages_peak, paged.num_preempted) == (32, 16, 0)
+    assert paged.peak_step == 113       # the 8th page each of Medium paragraph and Long document
     assert paged.num_pages_free_after == 32                 # every page came back
     assert [q.finish_step for q in r.requests] == [45, 128, 23, 256, 67]
     # Pages go out in token order from a first-in first-out free list: 32 fresh ids for the first
@@ -63,7 +65,7 @@ def test_task4_reproduces_the_source(model_args, capsys):
     assert len(ids) == 34 and len(set(ids)) == 32
     out = capsys.readouterr().out
     assert "  Request 3: 23 tokens -> 2 pages (32 slots), waste 28.1%\n    Pages: [##|##]\n" in out
-    assert "Most in use at once (peak):       16 of 32" in out
+    assert "Most in use at once (peak):       16 of 32, first at step 113" in out
     assert "Memory saved: 2016 slots (4.7x less memory)" in out
 
 
@@ -167,18 +169,42 @@ def test_the_saved_result_reads_back_as_the_record_main_returned(task, model_arg
 
 
 # --- the figures ------------------------------------------------------------------------------
-def test_pool_owners_of_the_source_requests():
+def test_the_pool_at_its_peak_of_the_source_requests():
     """Task 4's five requests in a 32-page pool (test_task4_reproduces_the_source works them
-    out): the first pages go out one per request in turn (R1 page 0, R2 1, R3 2, R4 3, R5 4);
-    Quick greeting (R3) holds pages 2 and 7 and frees them at step 23; Long document (R4) gets
-    them again as its 15th and 16th pages (logical 14 and 15). 34 holdings of 32 pages."""
+    out). Pages go out fresh, in token order, one per request in turn: step 1 pages 0-4 (R1-R5),
+    step 17 pages 5-9, step 33 pages 10-13 (R3 finished at 23), step 49 14-16 (R1 at 45), step 65
+    17-19, then R2 and R4 alone (R5 at 67): 20-21 at step 81, 22-23 at 97, 24-25 at 113. At step
+    113 R2 and R4 hold 8 pages each: the peak, 16 of 32, so the grid shows 16 pages held and 16
+    free (the whole run held all 32 and two of them twice)."""
     names = ["a", "b", "c", "d", "e"]
     run = task4.run_paged([45, 128, 23, 256, 67], names, page_size=16, num_pool_pages=32)
-    owners = task_4_figure.pool_owners(task4.saved_requests(run), 32)
-    assert [o[0] for o in owners[:5]] == [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)]
-    assert owners[2] == [(2, 0), (3, 14)] and owners[7] == [(2, 1), (3, 15)]
-    assert all(len(o) == 1 for page, o in enumerate(owners) if page not in (2, 7))
-    assert sum(map(len, owners)) == 34
+    assert (run.num_pages_peak, run.peak_step) == (16, 113)
+    held = task_4_figure.pool_at_peak(task4.saved_requests(run), 32)
+    assert {page: h for page, h in enumerate(held) if h} == {
+        **{page: (1, logical) for logical, page in enumerate([1, 6, 11, 14, 17, 20, 22, 24])},
+        **{page: (3, logical) for logical, page in enumerate([3, 8, 12, 15, 18, 21, 23, 25])}}
+    assert held.count(None) == 32 - 16
+
+
+def test_the_pool_title_says_what_the_grid_cannot():
+    """The grid shows one step; whether freed pages went out again is said in its title, chosen
+    by the run's count: 2 for the source's requests (Quick greeting's pages 2 and 7, to Long
+    document); none for two requests of 20 tokens in a pool of 4 (2 pages each, at steps 1 and
+    17: the peak, 4 of 4, at step 17)."""
+    source = task4.run_paged([45, 128, 23, 256, 67], list("abcde"), 16, 32)
+    assert_says(task_4_figure.pool_title(pool_figures(source)), "step 113", "16 of 32",
+                "2 freed page(s)", branch="went to a request still growing",
+                not_branch="no freed page")
+    short = task4.run_paged([20, 20], ["a", "b"], 16, 4)
+    assert_says(task_4_figure.pool_title(pool_figures(short)), "step 17", "4 of 4",
+                branch="no freed page was handed out again", not_branch="still growing")
+
+
+def pool_figures(run: task4.PagedRun) -> task4.PagedFigures:
+    """What task 4 saves of a run's pool (its slots' figures left at 0: the title reads none)."""
+    return task4.PagedFigures(0, 0, 0.0, run.num_pool_pages, run.num_pages_peak,
+                              run.num_pages_reused, run.num_preempted, run.num_free_after,
+                              run.peak_step)
 
 
 def test_every_figure_has_a_title_axes_with_units_and_a_caption(model_args):

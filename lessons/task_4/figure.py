@@ -1,31 +1,47 @@
 """Task 4's figure (task_4_paged_attention.py draws it after saving): per request, the slots
 contiguous allocation reserves against the whole pages paging hands out and the slots used;
-then the page pool, each physical page coloured by the request(s) that held it. A pure
-function of the saved result (task 4's PagedKV: its requests, settings, paged, contiguous),
-read by attribute; pool_owners works out what the pool plots (tests/test_kv_tasks.py checks it
-on the source's five requests)."""
+then the page pool at its peak (the step at which most pages were in use), each page held then
+coloured by its request, the rest free. A pure function of the saved result (task 4's PagedKV:
+its requests, settings, paged, contiguous), read by attribute; pool_at_peak works out what the
+pool plots (tests/test_kv_tasks.py checks it on the source's five requests)."""
 from __future__ import annotations
 
 import math
 
 from common import figures
 
+# the pool's colour per request: none of the three the panel above uses (slot_bars: used, and
+# the two reservations), so that a colour means one thing on the page; past five, they repeat
+REQUEST_COLOURS = [figures.color(i) for i in (0, 1, 3, 6, 7)]
 
-def pool_owners(requests: list, num_pool_pages: int) -> list[list[tuple[int, int]]]:
-    """For each physical page of the pool: (request index, logical page) of every request (task
-    4's PagedRequest: page_ids, finish_step) that held it, first holder first. A page is held by
-    one request at a time and handed out again only after its holder finished, so the holders
-    of one page run in order of finishing."""
-    owners: list[list[tuple[int, int]]] = [[] for _ in range(num_pool_pages)]
-    for i in sorted(range(len(requests)), key=lambda i: requests[i].finish_step):
-        for logical, page in enumerate(requests[i].page_ids):
-            owners[page].append((i, logical))
-    return owners
+
+def request_colour(i: int) -> str:
+    return REQUEST_COLOURS[i % len(REQUEST_COLOURS)]
+
+
+def pool_at_peak(requests: list, num_pool_pages: int) -> list[tuple[int, int] | None]:
+    """For each physical page of the pool: (request index, logical page) of the request that
+    held it at the pool's peak (task 4's PagedRequest.page_ids_at_peak), None where it was free
+    then. A page has one holder at a time."""
+    held: list[tuple[int, int] | None] = [None] * num_pool_pages
+    for i, q in enumerate(requests):
+        for logical, page in enumerate(q.page_ids_at_peak):
+            held[page] = (i, logical)
+    return held
+
+
+def pool_title(paged) -> str:
+    """What the grid shows, and what it cannot (pages handed out again), from the run's figures."""
+    again = (f"over the run, {paged.num_pages_reused} freed page(s) went to a request still "
+             f"growing" if paged.num_pages_reused else "no freed page was handed out again")
+    return (f"The pool at its peak, step {paged.peak_step}: {paged.num_pages_peak} of "
+            f"{paged.num_pool_pages} pages in use, the rest free (corner: page id).\nA cell: "
+            f"request Rn's logical page pN; {again}")
 
 
 def draw_pages(res):
-    """Per request, contiguous reservation vs whole pages vs used; then the pool, each physical
-    page coloured by the request(s) that held it, with its logical page number."""
+    """Per request, contiguous reservation vs whole pages vs used; then the pool at its peak,
+    each page held then coloured by its request, with its logical page number."""
     reqs, num_pool, cols = res.requests, res.paged.num_pool_pages, 8
     rows = math.ceil(num_pool / cols)
     fig, (top, grid) = figures.figure(0.55 * len(reqs) + 0.6 * rows + 2.4, 2, 1,
@@ -34,23 +50,21 @@ def draw_pages(res):
                                                     ("paged", q.allocated_slots)]) for q in reqs])
     top.set_title(f"Per request: {res.contiguous.utilization_pct}% of contiguous slots used, "
                   f"{res.paged.utilization_pct}% of paged")
-    for page, held in enumerate(pool_owners(reqs, num_pool)):
+    pool = pool_at_peak(reqs, num_pool)
+    for page, held in enumerate(pool):
         x, y = page % cols, page // cols
-        if not held:
-            grid.add_patch(figures.rect(x, y, 1, "white"))
-        for k, (i, logical) in enumerate(held):   # a page held twice: split, first on the left
-            w = 1 / len(held)
-            grid.add_patch(figures.rect(x + k * w, y, w, figures.color(i)))
-            grid.text(x + (k + 0.5) * w, y + 0.5, f"R{i + 1}\np{logical}", ha="center",
-                      va="center", fontsize=8 if len(held) == 1 else 7)
+        grid.add_patch(figures.rect(x, y, 1, "white" if held is None else request_colour(held[0])))
+        if held is not None:
+            grid.text(x + 0.5, y + 0.5, f"R{held[0] + 1}\np{held[1]}", ha="center", va="center",
+                      fontsize=8)
         grid.text(x + 0.04, y + 0.06, str(page), fontsize=7, va="top", color="#333333")
     grid.set_xlim(0, cols)
     grid.set_ylim(rows, 0)
     grid.axis("off")
-    grid.set_title(f"The pool: {num_pool} physical pages (corner: page id). A cell: request Rn's "
-                   f"logical page pN;\na split cell was freed by its first request and handed "
-                   f"out again")
-    grid.legend(handles=[figures.patch(figures.color(i), f"R{i + 1} {q.name}")
-                         for i, q in enumerate(reqs)], loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    grid.set_title(pool_title(res.paged))
+    holders = sorted({held[0] for held in pool if held is not None})   # the legend: as drawn
+    grid.legend(handles=[figures.patch(request_colour(i), f"R{i + 1} {reqs[i].name}")
+                         for i in holders] + [figures.patch("white", "free at the peak")],
+                loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return figures.finish(fig, "Task 4: pages handed out as tokens arrive, anywhere in the pool",
                           res)

@@ -9,30 +9,32 @@ It prints four parts:
 2. Static vs continuous batching on a mixed-length workload (seeded; output lengths drawn from
    an exponential distribution, EOS held off so each request makes exactly its length): same
    engine, same batch cap. Static runs twice, with finished rows kept as padding (transformers'
-   generate) and dropped, so the gain splits into padding removed and idle slots refilled.
+   generate) and dropped, so the gain splits into padding removed and idle slots refilled. The
+   policies and part 4's vLLM take turns (common/measure.py: an untimed round, then --passes):
+   each keeps its median pass, each ratio the median of its rounds and their range.
 3. Where the step time goes: the engine's phases at batch 1 and at the cap, beside the model's
    matmuls timed alone (the kernel floor) and one read of the weights at the memory bandwidth,
    and the kernel each kind of linear layer chose when the model loaded
    (lessons/task_9/profile.py).
-4. Against the real thing: the same workload through vLLM's LLM.generate (the lab's settings,
-   the same batch cap) and transformers' generate in static padded batches. The engine's model
-   and transformers' are freed first: vLLM's engine needs the memory.
+4. Against the real thing: the same workload through vLLM's LLM.generate in this process (the
+   lab's settings, the same cap) and transformers' generate in static padded batches (one pass).
 
 Here: setting up and measuring parts 1, 2 and 4. The run's record: lessons/task_9/record.py;
 its report: lessons/task_9/report.py; its figures: lessons/task_9/figure.py.
 
     python task_9_build_your_own_engine.py [--requests 48] [--max-batch 16] [--mean-output 10]
-        [--seed 0] [--page-size 16] [--kv-bytes 134217728] [--policy both] [--no-vllm]
-        [--model M] [--dtype auto|bfloat16|float32]
+        [--seed 0] [--page-size 16] [--kv-bytes 134217728] [--policy both] [--passes 3]
+        [--no-vllm] [--model M] [--dtype auto|bfloat16|float32]
 """
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import time
 from dataclasses import dataclass
 
-from common import cli, engine, figures, kv, load, memory, report, results, settings
+from common import cli, engine, figures, kv, load, measure, memory, report, results, settings
 from common.shape import ModelShape, torch_dtype
 from lessons.task_9 import figure, profile, record
 from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
@@ -58,8 +60,7 @@ CHECK_TOKENS = 16
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_argument_group("workload")
-    # 48 requests of mean 10 (seed 0 draws 550 tokens, 1-41 each): three static batches of 16,
-    # part 2 in about 35 s on 2 AVX2 cores (32 of mean 24 drew 991 tokens and took 57 s)
+    # 48 requests of mean 10 (seed 0 draws 550 tokens, 1-41 each): three static batches of 16
     group.add_argument("--requests", type=cli.positive_int, default=48,
                        help="requests in the workload, all arriving at once (default 48)")
     group.add_argument("--mean-output", type=cli.positive_int, default=10,
@@ -79,6 +80,9 @@ def parse_args(argv: list[str] | None):
                        help="which batching to run (default both, compared)")
     group.add_argument("--no-vllm", action="store_true",
                        help="skip part 4 (vLLM and transformers on the same workload)")
+    group.add_argument("--passes", type=cli.positive_int, default=measure.PASSES,
+                       help="timed passes of each policy and of vLLM, taking turns after an "
+                            f"untimed round (default {measure.PASSES})")
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
     if settings.MAX_MODEL_LEN % args.page_size:
@@ -166,8 +170,9 @@ def check_correctness(model: Llama, eos_ids, hf_model, tokenizer, args) -> Corre
 
 # --- part 2: static vs continuous ------------------------------------------------------------
 def run_policy(model: Llama, eos_ids, workload: list[Request], args, label: str, policy: str,
-               pad_finished: bool = True) -> tuple[PolicyRun, LLMEngine]:
-    """The whole workload, all arriving at once, through a fresh engine under this policy."""
+               pad_finished: bool = True) -> tuple[PolicyRun, list]:
+    """The whole workload, all arriving at once, through a fresh engine under this policy: its
+    figures and its steps (the engine, its KV pool with it, is dropped)."""
     eng = new_engine(model, eos_ids, args, policy, pad_finished)
     start = time.perf_counter()
     for r in workload:
@@ -185,34 +190,45 @@ def run_policy(model: Llama, eos_ids, workload: list[Request], args, label: str,
         slot_utilization_fraction=num_tokens / (args.max_batch * len(eng.steps)),
         peak_num_pages=max(st.num_pages_used for st in eng.steps),
         contiguous_num_pages=max(st.num_rows for st in eng.steps) * pages_per_request,
-        num_preemptions=eng.scheduler.num_preemptions), eng
+        num_preemptions=eng.scheduler.num_preemptions), eng.steps
 
 
-def run_policies(model: Llama, eos_ids, workload: list[Request], args, progress
-                 ) -> tuple[dict[str, PolicyRun], dict[str, LLMEngine]]:
-    """The workload under each batching policy asked for, on the same engine."""
+def policy_ways(model: Llama, eos_ids, workload: list[Request], args) -> dict:
+    """label -> a pass of the workload under that batching policy, each policy asked for."""
     plans = {"static": [("static", "static", True), ("static no-pad", "static", False)],
              "continuous": [("continuous", "continuous", True)]}
-    runs, engines = {}, {}
-    for label, policy, pad in [p for k, v in plans.items() if args.policy in (k, "both")
-                               for p in v]:
-        progress(f"Part 2: {label} batching...")
-        runs[label], engines[label] = run_policy(model, eos_ids, workload, args, label, policy,
-                                                 pad)
-    return runs, engines
+    return {label: functools.partial(run_policy, model, eos_ids, workload, args, label, policy,
+                                     pad)
+            for k, v in plans.items() if args.policy in (k, "both") for label, policy, pad in v}
+
+
+def in_turns(ways: dict, vllm_pass, passes: int, progress) -> tuple[dict, dict, list]:
+    """Parts 2 and 4 taking turns: each policy, then vLLM (where it runs), a pass each round,
+    after an untimed round. (label -> the median pass's PolicyRun, label -> its steps, vLLM's
+    timed passes: (seconds, tokens) each)."""
+    def on_pass(name: str, round_: int) -> None:    # a line a round
+        if name == next(iter(ways)):
+            progress(f"Parts 2 and 4, round {round_} of {passes}"
+                     + (" (untimed)..." if round_ == 0 else "..."))
+    found = measure.in_turns({**ways, **({"vLLM": vllm_pass} if vllm_pass else {})}, passes,
+                             on_pass)
+    medians = {label: record.median_pass(found[label]) for label in ways}
+    return ({label: run for label, (run, _) in medians.items()},
+            {label: steps for label, (_, steps) in medians.items()}, found.get("vLLM", []))
 
 
 # --- part 3, where the step time goes: lessons/task_9/profile.py ------------------------------
 # --- part 4: the real thing ------------------------------------------------------------------
-def run_hf_static(hf_model, tokenizer, workload: list[Request], max_batch: int) -> HFRun:
-    """transformers' generate in static batches of max_batch, left-padded; every row runs to the
-    batch's longest output, only each request's own tokens count."""
+def run_hf_static(hf_model, tokenizer, workload: list[Request], args, progress) -> HFRun:
+    """transformers' generate in static batches of --max-batch, left-padded; every row runs to
+    the batch's longest output, only each request's own tokens count."""
     import torch
 
+    progress("Part 4: transformers' generate, static batches...")
     tokenizer.padding_side = "left"
     start = time.perf_counter()
-    for i in range(0, len(workload), max_batch):
-        batch = workload[i:i + max_batch]
+    for i in range(0, len(workload), args.max_batch):
+        batch = workload[i:i + args.max_batch]
         longest = max(r.num_output for r in batch)
         inputs = tokenizer.pad({"input_ids": [r.prompt_ids for r in batch]}, return_tensors="pt")
         with torch.inference_mode():
@@ -224,26 +240,33 @@ def run_hf_static(hf_model, tokenizer, workload: list[Request], max_batch: int) 
     return HFRun(duration_s, num_tokens, num_tokens / duration_s)
 
 
-def run_vllm(model_path: str, dtype: str, workload: list[Request], max_batch: int) -> VllmRun:
-    """vllm.LLM with the lab's settings and the same batch cap; one untimed warm-up."""
-    import torch
-
-    eng = engine.start_engine(model_path, dtype, max_num_seqs=max_batch)   # sets vLLM's env first
+def start_vllm(model_path: str, dtype: str, workload: list[Request], args, progress):
+    """vllm.LLM in this process, with the lab's settings and the same batch cap: (the engine, a
+    pass of the workload through it: (seconds, tokens made)); (None, None) with --no-vllm. Its
+    warm-up is the turns' untimed round."""
+    if args.no_vllm:
+        return None, None
+    progress("Part 4: starting vLLM in this process...")
+    eng = engine.start_engine(model_path, dtype, max_num_seqs=args.max_batch)   # sets its env
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    eng.llm.generate([TokensPrompt(prompt_token_ids=workload[0].prompt_ids)],
-                     SamplingParams(max_tokens=4), use_tqdm=False)
     prompts = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in workload]
     params = [SamplingParams(temperature=settings.TEMPERATURE, max_tokens=r.num_output,
                              min_tokens=r.num_output) for r in workload]
-    start = time.perf_counter()
-    outputs = eng.llm.generate(prompts, params, use_tqdm=False)
-    duration_s = time.perf_counter() - start
-    num_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+
+    def one_pass() -> tuple[float, int]:
+        start = time.perf_counter()
+        outputs = eng.llm.generate(prompts, params, use_tqdm=False)
+        return time.perf_counter() - start, sum(len(o.outputs[0].token_ids) for o in outputs)
+    return eng, one_pass
+
+
+def vllm_run(eng, passes: list[tuple[float, int]], num_threads: int) -> VllmRun:
+    """vLLM's record from its timed passes, and how it ran."""
     capacity = engine.engine_capacity(eng)
-    return VllmRun(duration_s, num_tokens, num_tokens / duration_s, torch.get_num_threads(),
-                   VllmSettings(**eng.settings), capacity.block_size, capacity.num_blocks)
+    return VllmRun.of(passes, num_threads, VllmSettings(**eng.settings), capacity.block_size,
+                      capacity.num_blocks)
 
 
 def main(argv: list[str] | None = None) -> OwnEngine:
@@ -266,27 +289,26 @@ def main(argv: list[str] | None = None) -> OwnEngine:
     if dtype.dtype != "float32":   # parts 2-4 run the lab's dtype
         model, hf_model = load_models(model_choice.path, dtype.dtype, batch_sizes)
     workload = make_workload(tokenizer, args.requests, args.mean_output, args.seed)
-    runs, engines = run_policies(model, eos_ids, workload, args, progress)
+    hf_run = None if args.no_vllm else run_hf_static(hf_model, tokenizer, workload, args, progress)
+    del hf_model                   # vLLM's engine, beside ours, needs the memory it holds
+    memory.give_memory_back()
+    vllm, vllm_pass = start_vllm(model_choice.path, dtype.dtype, workload, args, progress)
+    runs, steps_of, vllm_passes = in_turns(policy_ways(model, eos_ids, workload, args),
+                                           vllm_pass, args.passes, progress)
     best = runs.get("continuous") or runs["static"]
     progress("Part 3: timing the phases of a step...")
     split = profile.phase_split(new_engine(model, eos_ids, args, "continuous"),
-                                workload[0].prompt_ids, engines[best.label].steps)
+                                workload[0].prompt_ids, steps_of[best.label])
     run = OwnEngine(
         header=results.RunHeader.of(model_choice, dtype, torch.get_num_threads()),
         settings=RunSettings.of(args), correctness=correct,
         workload_num_output_tokens=[r.num_output for r in workload], policies=runs,
-        timelines={label: record.timeline_record(e.steps) for label, e in engines.items()},
+        timelines={label: record.timeline_record(steps) for label, steps in steps_of.items()},
         phases=split, machine=profile.machine_bounds(model, dtype.dtype, list(split)),
-        linear_choices=profile.linear_choices(model))
-    if not args.no_vllm:
-        progress("Part 4: transformers' generate, static batches...")
-        run.transformers_static = run_hf_static(hf_model, tokenizer, workload, args.max_batch)
-        del hf_model, model, engines   # vLLM's engine needs the memory they hold
-        memory.give_memory_back()
-        progress("Part 4: vLLM's LLM.generate...")
-        run.vllm = run_vllm(model_choice.path, dtype.dtype, workload, args.max_batch)
+        linear_choices=profile.linear_choices(model), transformers_static=hf_run,
+        vllm=vllm_run(vllm, vllm_passes, torch.get_num_threads()) if vllm else None)
     progress("done")
-    run.continuous_over_static, run.engine_over_vllm = record.ratios(runs, run.vllm)
+    run.continuous_over_static_spread, run.engine_over_vllm_spread = record.ratios(runs, run.vllm)
 
     print_report(run)
     figures.saved(results.save(SCRIPT, run), run, FIGURES)

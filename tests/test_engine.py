@@ -157,18 +157,28 @@ def test_a_policy_run_on_the_hand_workload(tiny, label, policy, pad, steps):
 
 
 def test_the_ratios_task_9_saves_by_hand():
-    # continuous 50 tok/s, static 40, vLLM 40: 50 / 40 = 1.25x static and 1.25x vLLM
-    # (a record without them saves neither: tests/test_task_9.py)
-    def run(label, tokens_per_s):
-        return task_9_record.PolicyRun(label, tokens_per_s, 1.0, 50, 0.1, 0.2, 0.05, 10, 0.5, 4,
-                                       16, 0)
-    runs = {"static": run("static", 40.0), "continuous": run("continuous", 50.0)}
+    # round by round: continuous 50, 45, 60 tok/s, static 40, 36, 50, vLLM 40, 50, 48:
+    # continuous over static 1.25, 1.25, 1.20 -> 1.25 (1.20-1.25); over vLLM 1.25, 0.90, 1.25 ->
+    # 1.25 (0.90-1.25); the median pass of each whole (a record without them saves neither:
+    # tests/test_task_9.py)
+    def run(label, passes):
+        return task_9_record.PolicyRun(label, passes[0], 1.0, 50, 0.1, 0.2, 0.05, 10, 0.5, 4,
+                                       16, 0, passes)
+    runs = {"static": run("static", [40.0, 36.0, 50.0]),
+            "continuous": run("continuous", [50.0, 45.0, 60.0])}
     vllm = task_9_record.VllmRun(1.25, 50, 40.0, 2, task_9_record.VllmSettings(
-        128, settings.KV_CACHE_BYTES, 16, True, "float32", 2), 16, 364)
-    assert task_9_record.ratios(runs, vllm) == (1.25, 1.25)
+        128, settings.KV_CACHE_BYTES, 16, True, "float32", 2), 16, 364, [40.0, 50.0, 48.0])
+    Spread = task_9_record.measure.Spread
+    assert task_9_record.ratios(runs, vllm) == (Spread(1.25, 1.2, 1.25, 3),
+                                                Spread(1.25, 0.9, 1.25, 3))
     # static alone, vLLM against it: no continuous to compare, the engine's best is static
-    assert task_9_record.ratios({"static": runs["static"]}, vllm) == (None, 1.0)
+    # (40 / 40, 36 / 50, 50 / 48)
+    assert task_9_record.ratios({"static": runs["static"]}, vllm) == (
+        None, Spread(1.0, 0.72, 50 / 48, 3))
     assert task_9_record.ratios({"static": runs["static"]}, None) == (None, None)
+    # one pass each (no passes saved): the one ratio of their tokens/s
+    runs["continuous"].pass_tokens_per_s = runs["static"].pass_tokens_per_s = []
+    assert task_9_record.ratios(runs, None) == (Spread(1.25, 1.25, 1.25, 1), None)
     args = Namespace(requests=4, mean_output=8, seed=0, max_batch=2, page_size=16,
                      kv_bytes=1, policy="both")
     assert task_9_record.RunSettings.of(args) == task_9_record.RunSettings(

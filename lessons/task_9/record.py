@@ -2,14 +2,16 @@
 the order its report prints it: the settings, part 1's check against transformers, part 2's
 policies and their batching timelines, part 3's step profile (phases, the machine's bounds, the
 linear layers' kernel choice), part 4's vLLM and transformers runs, and the two ratios the
-summary shows. task_9_build_your_own_engine.py builds it as it measures; the report
+summary shows. Part 2's policies and part 4's vLLM take turns (common/measure.py's in_turns): each
+keeps its median pass whole and every pass's tokens/s, and each ratio is taken round by round,
+its median and spread saved. task_9_build_your_own_engine.py builds it as it measures; the report
 (lessons/task_9/report.py), the figures (lessons/task_9/figure.py) and the summary read it by
 attribute."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from common import results, settings
+from common import measure, results, settings
 
 
 @dataclass
@@ -56,10 +58,11 @@ class Correctness(results.Record):
 # --- part 2: the policies -----------------------------------------------------------------------
 @dataclass
 class PolicyRun(results.Record):
-    """One batching policy on the workload (the summary reads num_tokens, num_steps and
-    tokens_per_s of the continuous one)."""
+    """One batching policy on the workload, its median pass (by tokens/s) whole, every pass's
+    tokens/s beside it (the summary reads num_tokens, num_steps and tokens_per_s of the continuous
+    one)."""
     label: str                      # static, static no-pad or continuous
-    tokens_per_s: float
+    tokens_per_s: float             # the median pass's
     duration_s: float
     num_tokens: int
     mean_latency_s: float
@@ -70,6 +73,11 @@ class PolicyRun(results.Record):
     peak_num_pages: int             # pages in use at the peak
     contiguous_num_pages: int       # what reserving max_model_len per running request would hold
     num_preemptions: int
+    pass_tokens_per_s: list[float] = field(default_factory=list)   # every timed pass, by round
+
+    @property
+    def tokens_per_s_spread(self) -> measure.Spread:
+        return measure.Spread.of(self.pass_tokens_per_s or [self.tokens_per_s])
 
 
 @dataclass
@@ -146,6 +154,7 @@ class VllmSettings(results.Record):
 
 @dataclass
 class VllmRun(results.Record):
+    """vLLM on the workload, in this process, taking turns with the policies: its median pass."""
     duration_s: float
     num_tokens: int
     tokens_per_s: float
@@ -153,11 +162,27 @@ class VllmRun(results.Record):
     settings: VllmSettings
     block_size: int                 # tokens per KV block, as vLLM allocated them
     num_blocks: int
+    pass_tokens_per_s: list[float] = field(default_factory=list)   # every timed pass, by round
+
+    @property
+    def tokens_per_s_spread(self) -> measure.Spread:
+        return measure.Spread.of(self.pass_tokens_per_s or [self.tokens_per_s])
+
+    @classmethod
+    def of(cls, passes: list[tuple[float, int]], num_threads: int, settings: VllmSettings,
+           block_size: int, num_blocks: int) -> "VllmRun":
+        """From its timed passes, (seconds, tokens made) each, in round order: the median pass
+        by tokens/s, every pass's tokens/s."""
+        tokens_per_s = [n / s for s, n in passes]
+        duration_s, num_tokens = passes[measure.median_index(tokens_per_s)]
+        return cls(duration_s, num_tokens, num_tokens / duration_s, num_threads, settings,
+                   block_size, num_blocks, tokens_per_s)
 
 
 @dataclass
 class HFRun(results.Record):
-    """transformers' generate in static padded batches."""
+    """transformers' generate in static padded batches, one pass (a row of part 4's table only:
+    neither the summary nor the insight reads it)."""
     duration_s: float
     num_tokens: int
     tokens_per_s: float
@@ -176,29 +201,70 @@ class OwnEngine(results.Result):
     linear_choices: LinearChoices
     vllm: VllmRun | None = None             # None: --no-vllm
     transformers_static: HFRun | None = None
-    continuous_over_static: float | None = None   # tokens/s ratio (both policies ran)
-    engine_over_vllm: float | None = None         # the best policy's tokens/s over vLLM's
+    # tokens/s ratios, round by round (both sides of a round took turns): median and spread
+    continuous_over_static_spread: measure.Spread | None = None   # both policies ran
+    engine_over_vllm_spread: measure.Spread | None = None         # the best policy over vLLM
 
     @property
     def best(self) -> PolicyRun:
         """The policy compared with vLLM: continuous where it ran, else static."""
         return self.policies.get("continuous") or self.policies["static"]
 
+    @property
+    def continuous_over_static(self) -> float | None:
+        """The median round's ratio (the summary's cross-checks read it)."""
+        spread = self.continuous_over_static_spread
+        return spread.median if spread else None
+
+    @property
+    def engine_over_vllm(self) -> float | None:
+        spread = self.engine_over_vllm_spread
+        return spread.median if spread else None
+
+
+def median_pass(passes: list[tuple[PolicyRun, list]]) -> tuple[PolicyRun, list]:
+    """A policy's median pass by tokens/s, whole (its steps too), every pass's tokens/s in it:
+    passes, (its record, its steps) each, in round order."""
+    run, steps = passes[measure.median_index([r.tokens_per_s for r, _ in passes])]
+    run.pass_tokens_per_s = [r.tokens_per_s for r, _ in passes]
+    return run, steps
+
+
+def ratio_spread(numerator: PolicyRun | VllmRun, denominator: PolicyRun | VllmRun
+                 ) -> measure.Spread:
+    """numerator's tokens/s over denominator's, round by round (the two took turns), as a
+    spread; one pass each: the one ratio."""
+    if numerator.pass_tokens_per_s and denominator.pass_tokens_per_s:
+        return measure.Spread.of(a / b for a, b in zip(numerator.pass_tokens_per_s,
+                                                       denominator.pass_tokens_per_s))
+    return measure.Spread.of([numerator.tokens_per_s / denominator.tokens_per_s])
+
 
 def ratios(policies: dict[str, PolicyRun], vllm: VllmRun | None
-           ) -> tuple[float | None, float | None]:
-    """(continuous_over_static, engine_over_vllm) in tokens/s; None where a side did not run."""
+           ) -> tuple[measure.Spread | None, measure.Spread | None]:
+    """(continuous over static, the best policy over vLLM) in tokens/s, round by round; None
+    where a side did not run."""
     best = policies.get("continuous") or policies["static"]
     both = "static" in policies and "continuous" in policies
-    return (policies["continuous"].tokens_per_s / policies["static"].tokens_per_s if both
-            else None, best.tokens_per_s / vllm.tokens_per_s if vllm else None)
+    return (ratio_spread(policies["continuous"], policies["static"]) if both else None,
+            ratio_spread(best, vllm) if vllm else None)
+
+
+def times_text(spread: measure.Spread, what: str = "") -> str:
+    """'1.65x static' for one round; '1.65x static (1.58-1.71)' for more: the median round and
+    the range of the rounds."""
+    text = f"{spread.median:.2f}x" + (f" {what}" if what else "")
+    if spread.num_passes < 2:
+        return text
+    return f"{text} ({spread.low:.2f}-{spread.high:.2f})"
 
 
 def summary_row(e: OwnEngine) -> str:
-    """The summary's cell: continuous vs static on the same engine, engine vs vLLM."""
+    """The summary's cell: continuous vs static on the same engine, engine vs vLLM, each the
+    median round with the range of the rounds."""
     parts = [f"{e.correctness.num_identical}/{e.correctness.num_prompts} = HF"]
-    if e.continuous_over_static is not None:
-        parts.append(f"{e.continuous_over_static:.2f}x static")
-    if e.engine_over_vllm is not None:
-        parts.append(f"{e.engine_over_vllm:.2f}x vLLM")
+    if e.continuous_over_static_spread is not None:
+        parts.append(times_text(e.continuous_over_static_spread, "static"))
+    if e.engine_over_vllm_spread is not None:
+        parts.append(times_text(e.engine_over_vllm_spread, "vLLM"))
     return ", ".join(parts)

@@ -189,22 +189,22 @@ def vllm_lines(r: CompiledStep) -> list[str]:
     same = sum(a == b for a, b in zip(eager.texts, comp.texts))
     text = ("the same greedy text" if same == len(eager.texts) else
             f"{len(eager.texts) - same} of {len(eager.texts)} greedy answers changed")
-    lines = [f"vLLM compiled: {r.vllm_speedup:.2f}x tokens/s at {r.settings.vllm_requests} "
-             f"requests, for {mem:+.2f} GB of memory and {start:+.0f} s of start-up; {text}"]
+    line = (f"vLLM compiled: {r.vllm_speedup:.2f}x tokens/s at {r.settings.vllm_requests} "
+            f"requests, for {mem:+.2f} GB of memory and {start:+.0f} s of start-up; {text}. ")
     share = mem * GB / VM_BYTES
     if gain <= 0 or share <= 0:      # compiling bought no speed, or cost no memory
-        lines.append(f"Compiling changed vLLM's tokens/s by {100 * gain:+.0f}% and its memory by "
-                     f"{100 * share:+.0f}% of a 4 GB VM: no trade to weigh for the source's "
-                     "enforce_eager=True on this machine")
+        line += (f"Compiling changed vLLM's tokens/s by {100 * gain:+.0f}% and its memory by "
+                 f"{100 * share:+.0f}% of a 4 GB VM: no trade to weigh for the source's "
+                 "enforce_eager=True on this machine")
     elif gain > share:
-        lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
-                     f"and gave up {100 * gain:.0f}% more tokens/s: on this machine it was the "
-                     f"wrong trade, unless {start:.0f} s a start matters more")
+        line += (f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
+                 f"and gave up {100 * gain:.0f}% more tokens/s: on this machine it was the "
+                 f"wrong trade, unless {start:.0f} s a start matters more")
     else:
-        lines.append(f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
-                     f"and {start:.0f} s a start, and gave up {100 * gain:.0f}% more tokens/s: "
-                     "on this machine it was the right trade")
-    return lines
+        line += (f"The source's enforce_eager=True saved {100 * share:.0f}% of a 4 GB VM "
+                 f"and {start:.0f} s a start, and gave up {100 * gain:.0f}% more tokens/s: "
+                 "on this machine it was the right trade")
+    return [line]
 
 
 def insight(r: CompiledStep) -> list[str]:

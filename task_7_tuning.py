@@ -1,7 +1,11 @@
 """Task 7: Tuning vLLM Parameters for Production.
 
 Benchmarks three server configurations with the same load, 10 concurrent requests of 50 tokens,
-restarting the lab's server for each (the restart time is shown):
+restarting the lab's server for each (the restart time is shown). On each server one warm-up
+request goes first, timed apart and not counted; then the load runs in --passes passes (3 by
+default), and the config's figures are those of its median pass by tokens/s, the spread of its
+passes (lowest-highest) beside them. The configs cannot take turns pass by pass (each needs a
+restart), so two configs are called apart only when their spreads do not overlap:
 
     A: Default              max_model_len=128, max_num_seqs=256
     B: Shorter Context      max_model_len=64,  max_num_seqs=256
@@ -9,64 +13,24 @@ restarting the lab's server for each (the restart time is shown):
 
 Beside throughput and latency, each row shows what the engine reports on /metrics: its KV
 cache (blocks x block size, max concurrency at max_model_len) and the most requests that ran at
-once and waited, sampled during the run. Every KEY INSIGHT line is chosen from those figures. Any
+once and waited, sampled during the passes. Every KEY INSIGHT line is chosen from those figures. Any
 failed request is counted in the report and makes the exit code 1; a --max-tokens that cannot
 fit a config's max_model_len is refused before any server starts. The server is left running
-with the last config.
+with the last config. Beside it in lessons/task_7/: the record and the summary's row (record.py),
+the figure (figure.py).
 
-    python task_7_tuning.py [--requests 10] [--max-tokens 50] [--model M] [--port 8000]
+    python task_7_tuning.py [--requests 10] [--max-tokens 50] [--passes 3] [--model M]
+        [--port 8000]
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from common import cli, figures, kv, load, metrics, report, results, settings
+from common import cli, figures, kv, load, measure, metrics, report, results, settings
+from lessons.task_7.figure import draw_tuning
+from lessons.task_7.record import ConfigRun, Tuning, TuningConfig, is_compared, summary_row
 
 SCRIPT = "task_7_tuning"
-
-
-@dataclass
-class TuningConfig(results.Record):
-    label: str
-    max_model_len: int                 # tokens a request may hold: its prompt + new tokens
-    max_num_seqs: int                  # requests one engine step may serve
-
-
-@dataclass
-class ConfigRun(results.Record):
-    """One config's run: its server, its KV cache and batch as the engine reported them on
-    /metrics, and the load it served (common.load.LoadLevel, as measured)."""
-    config: TuningConfig
-    server_state: str                  # started, reused or restarted for this config
-    kv_max_concurrency: float          # requests of max_model_len the KV cache holds at once
-    level: load.LoadLevel
-    startup_s: float | None = None     # None: the server was reused, not started
-    num_kv_blocks: int | None = None   # None: an engine that does not export its block count
-    kv_block_size_tokens: int | None = None
-    peak_num_requests_running: int = 0   # the most seen running / waiting during the load
-    peak_num_requests_waiting: int = 0
-    num_metrics_samples: int = 0       # reads of /metrics during the load
-
-    @property
-    def label(self) -> str:
-        return self.config.label
-
-
-@dataclass
-class Tuning(results.Result):
-    """Task 7's result: the same load on each config, in the order they ran."""
-    num_requests: int                  # concurrent requests per config
-    max_tokens: int                    # new tokens per request
-    kv_cache_memory_bytes: int         # the KV cache of every config
-    configs: list[ConfigRun]
-
-
-RECORD = Tuning
-
-
-def summary_row(t: Tuning) -> str:
-    return " / ".join(f"{c.label[0]} {c.level.tokens_per_s:.1f}" for c in t.configs) + " tok/s"
-
+RECORD = Tuning                         # what the lab reads results/<SCRIPT>.json back into
+__all__ = ["RECORD", "FIGURES", "summary_row", "ConfigRun", "TuningConfig", "CONFIGS", "main"]
 
 CONFIGS = [TuningConfig("A: Default", 128, 256),
            TuningConfig("B: Shorter Context", 64, 256),
@@ -88,6 +52,8 @@ def parse_args(argv: list[str] | None):
                        help="concurrent requests per config (default 10)")
     group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
                        help=f"new tokens per request (default {settings.MAX_NEW_TOKENS})")
+    group.add_argument("--passes", type=cli.positive_int, default=measure.PASSES,
+                       help=f"passes of the load on each config (default {measure.PASSES})")
     args = parser.parse_args(argv)
     if args.base_url:
         parser.error("--base-url: task 7 restarts the server for each config, so it needs the "
@@ -124,19 +90,39 @@ def benchmark(args, config: TuningConfig) -> ConfigRun:
     cache = metrics.info_labels(metrics.fetch(srv.base_url), "vllm:cache_config")
     num_blocks, block_size = _int_label(cache, "num_gpu_blocks"), _int_label(cache, "block_size")
     max_concurrency = float(cache["kv_cache_max_concurrency"])
+    # a fresh server's first request runs slower: timed apart, never set beside the passes
     warmup = load.run_level(srv.base_url, srv.model_name, load.user_prompts(1), args.max_tokens)
     if warmup.num_failed:
         cli.fail(f"config {config.label}: the warm-up request failed: {warmup.errors[0]}",
                  code=1)
     with metrics.Sampler(srv.base_url) as sampler:
-        level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(args.requests),
-                               args.max_tokens)
-    run = ConfigRun(config, srv.state, max_concurrency, level, srv.startup_s, num_blocks,
+        passes = run_passes(srv, args.requests, args.max_tokens, args.passes)
+    tokens_per_s = [p.tokens_per_s for p in passes]
+    run = ConfigRun(config, srv.state, max_concurrency,
+                    passes[measure.median_index(tokens_per_s)], srv.startup_s, num_blocks,
                     block_size, peak_num_requests_running=sampler.max_running,
                     peak_num_requests_waiting=sampler.max_waiting,
-                    num_metrics_samples=sampler.num_samples)
+                    num_metrics_samples=sampler.num_samples,
+                    spread=measure.Spread.of(tokens_per_s), warmup_s=warmup.duration_s)
     print_run(run, args.requests)
     return run
+
+
+def run_passes(srv, num_requests: int, max_tokens: int, num_passes: int
+               ) -> list[load.LoadLevel]:
+    """The load, pass after pass on the same server; a pass in which a request failed is the
+    last (the server is down or refusing: a pass more measures nothing)."""
+    found = []
+    for p in range(num_passes):
+        print(f"  Pass {p + 1}/{num_passes}...", end=" ", flush=True)
+        level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(num_requests),
+                               max_tokens)
+        found.append(level)
+        print(f"{level.tokens_per_s:.1f} tok/s, {load.seconds(level.mean_latency_s)} s avg, "
+              f"{level.num_ok}/{num_requests} ok", flush=True)
+        if level.num_failed:
+            break
+    return found
 
 
 # --- the report: each config, the comparison, the insight ---------------------------------------
@@ -149,16 +135,22 @@ def print_run(run: ConfigRun, num_requests: int) -> None:
                                         f"{run.num_kv_blocks * run.kv_block_size_tokens:,} tokens")
     report.row("  max concurrency", f"{run.kv_max_concurrency:.2f}x requests of "
                                     f"{run.config.max_model_len} tokens")
+    if run.warmup_s is not None:
+        report.row("Warm-up request", f"{run.warmup_s:.2f} s (not counted)")
     level = run.level
-    report.row("Result", f"{level.tokens_per_s:.1f} tok/s, "
-                         f"{load.seconds(level.mean_latency_s)} s avg latency, "
+    throughput = (run.spread.text(unit=" tok/s") if run.spread and run.spread.num_passes > 1
+                  else f"{level.tokens_per_s:.1f} tok/s")
+    report.row("Result", f"{throughput}, {load.seconds(level.mean_latency_s)} s avg latency, "
                          f"{level.num_ok}/{num_requests} ok")
+    if run.spread and run.spread.num_passes > 1:
+        report.note("(tokens/s: the median pass, lowest-highest beside it; the latency and the "
+                    "requests ok are that pass's)", indent=2)
     for error in level.errors:
         report.note(f"failed: {error}", indent=2)
     report.row("Requests at once (peak)", f"{run.peak_num_requests_running} running, "
                                           f"{run.peak_num_requests_waiting} waiting")
     report.note(f"(the most seen in {run.num_metrics_samples} reads of /metrics during the "
-                f"load)", indent=2)
+                f"passes)", indent=2)
 
 
 def print_comparison(runs: list[ConfigRun], num_requests: int, port: int) -> None:
@@ -174,12 +166,30 @@ def print_comparison(runs: list[ConfigRun], num_requests: int, port: int) -> Non
     report.note(f"len = max_model_len, seqs = max_num_seqs, blocks = KV blocks of "
                 f"{runs[0].kv_block_size_tokens} tokens, conc. = max concurrency at len, "
                 f"run/wait = peak requests running/waiting, Lat = mean latency")
+    if all(r.spread and r.spread.num_passes > 1 for r in runs):
+        report.note(f"tok/s and Lat: each config's median pass of {runs[0].spread.num_passes}; "
+                    f"tok/s of every pass (lowest-highest): " + ", ".join(
+                        f"{r.label[0]} {r.spread.low:.1f}-{r.spread.high:.1f}" for r in runs))
     report.note(f"Server left running with config {CONFIGS[-1].label} on :{port}; "
                 f"`make stop` stops it (task 5 restarts the default).")
 
 
+def versus(x: ConfigRun, y: ConfigRun) -> str:
+    """How y's tokens/s stands against x's: apart only when their spreads do not overlap."""
+    nx, ny = x.label[0], y.label[0]
+    if not is_compared(x, y):
+        return (f"{ny} made {y.level.tokens_per_s:.1f} tok/s against {nx}'s "
+                f"{x.level.tokens_per_s:.1f}, one pass each: no spread to tell them apart by")
+    said = f"{ny} made {y.spread.text(unit=' tok/s')} against {nx}'s {x.spread.text()}"
+    if x.spread.agrees(y.spread):
+        return f"{said}: the spreads overlap, so {nx} and {ny} cannot be told apart on this machine"
+    return (f"{said}: {ny} {'FASTER' if y.spread.median > x.spread.median else 'SLOWER'} than "
+            f"{nx}, the spreads apart")
+
+
 def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
-    """The KEY INSIGHT lines, each from what configs A, B and C measured."""
+    """The KEY INSIGHT lines, each from what configs A, B and C measured; two configs' tokens/s
+    are called apart only when their spreads of passes do not overlap."""
     a, b, c = rows
     len_a, len_b = a.config.max_model_len, b.config.max_model_len
     if b.kv_max_concurrency > a.kv_max_concurrency:
@@ -194,63 +204,28 @@ def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
                    f"block(s), {len_a} tokens {kv.cdiv(len_a, block)}, "
                    f"so B fits {b.kv_max_concurrency:.0f}x requests at once, A "
                    f"{a.kv_max_concurrency:.0f}x")
+    shorter = f"Shorter context: {versus(a, b)}"
     if c.peak_num_requests_waiting:
         batch = (f"max_num_seqs caps the batch: with max_num_seqs={c.config.max_num_seqs}, "
-                 f"{c.peak_num_requests_running} ran and {c.peak_num_requests_waiting} waited; "
-                 f"{c.level.tokens_per_s:.1f} tok/s against B's {b.level.tokens_per_s:.1f} "
-                 f"(max_num_seqs={b.config.max_num_seqs})")
+                 f"{c.peak_num_requests_running} ran and {c.peak_num_requests_waiting} waited "
+                 f"(B: max_num_seqs={b.config.max_num_seqs}); {versus(b, c)}")
     elif not c.peak_num_requests_running:   # no read of /metrics landed while requests ran
         batch = (f"max_num_seqs={c.config.max_num_seqs}: /metrics answered "
                  f"{c.num_metrics_samples} time(s) during C's load and never showed a request "
-                 f"running, so whether it capped the batch was not observed in this run")
+                 f"running, so whether it capped the batch was not observed in this run; "
+                 f"{versus(b, c)}")
     else:
         batch = (f"max_num_seqs={c.config.max_num_seqs} capped nothing here: at most "
                  f"{c.peak_num_requests_running} of the {num_requests} requests ran at once and "
-                 f"none was seen waiting")
+                 f"none was seen waiting; {versus(b, c)}")
     if c.num_kv_blocks is None:   # an engine that does not export its block count
-        return [context, batch]
+        return [context, shorter, batch]
     same = c.num_kv_blocks == b.num_kv_blocks
     memory = (f"max_num_seqs divides no memory: C's KV cache is "
               f"{'the same ' if same else ''}{c.num_kv_blocks} blocks"
               + ("" if same else f" against B's {b.num_kv_blocks}")
               + "; it only caps how many requests one engine step serves")
-    return [context, batch, memory]
-
-
-# --- the figure ---------------------------------------------------------------------------------
-def draw_tuning(res: Tuning):
-    """Configs A, B, C side by side: tokens/s, latency, peak running and waiting."""
-    runs = res.configs
-    names = [f"{r.label.split(':')[0]}\nlen {r.config.max_model_len}\nseqs {r.config.max_num_seqs}"
-             for r in runs]
-    x = list(range(len(runs)))
-    fig, (tps, lat, peak) = figures.figure(4.4, 1, 3)
-    bars = tps.bar(x, [r.level.tokens_per_s for r in runs],
-                   color=[figures.color(i + 4) for i in x])
-    tps.bar_label(bars, fmt="%.1f")
-    tps.set(title="Throughput", ylabel="tokens/s")
-    _grouped(lat, x, [("mean", [r.level.mean_latency_s or 0 for r in runs], 4),
-                      ("p50", [r.level.p50_latency_s or 0 for r in runs], 1),
-                      ("p95", [r.level.p95_latency_s or 0 for r in runs], 5)])
-    lat.set(title="Latency per request", ylabel="seconds")
-    _grouped(peak, x, [("running", [r.peak_num_requests_running for r in runs], 2),
-                       ("waiting", [r.peak_num_requests_waiting for r in runs], 0)], labels=True)
-    peak.set(title="Requests at once (peak, /metrics)", ylabel="requests")
-    for ax in (tps, lat, peak):
-        ax.set_xticks(x, names, fontsize=9)
-    return figures.finish(fig, f"Task 7: three server configs, {res.num_requests} concurrent "
-                               f"requests each", res)
-
-
-def _grouped(ax, x: list[int], groups: list[tuple[str, list[float], int]],
-             labels: bool = False) -> None:
-    width = 0.8 / len(groups)
-    for k, (label, values, color) in enumerate(groups):
-        bars = ax.bar([i + (k - (len(groups) - 1) / 2) * width for i in x], values, width,
-                      color=figures.color(color), label=label)
-        if labels:
-            ax.bar_label(bars, fontsize=9)
-    ax.legend(fontsize=9)
+    return [context, shorter, batch, memory]
 
 
 FIGURES = (("", draw_tuning),)

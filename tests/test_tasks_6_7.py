@@ -49,7 +49,8 @@ def test_the_summary_rows():
     assert task6.summary_row(six) == ROW_6 == "20 users 80.0 tok/s (4.2x)"
     six.levels = [LoadLevel(1, 0, 1.0, 0, 0.0, errors=["boom"])]
     assert task6.summary_row(six) == "no level made a token"
-    assert task7.summary_row(seven) == ROW_7 == "A 72.0 / B 74.0 / C 60.0 tok/s"
+    assert task7.summary_row(seven) == ROW_7 == \
+        "A 72.0 / B 74.0 / C 60.0 tok/s; A, B not told apart; C below B"
 
 
 def test_what_the_load_and_tuning_figures_plot():
@@ -65,7 +66,15 @@ def test_what_the_load_and_tuning_figures_plot():
     figures.plt().close(fig)
     fig = task7.draw_tuning(seven)
     tps, lat, peak = fig.axes
-    assert [b.get_height() for b in tps.patches] == [72.0, 74.0, 60.0]
+    assert [b.get_height() for b in tps.patches] == [72.0, 74.0, 60.0]     # median passes
+    # the spread of each: the median pass down to the lowest, up to the highest
+    (_, caps, (spread_lines,)), = tps.containers[1:]
+    assert [list(map(tuple, seg)) for seg in spread_lines.get_segments()] == [
+        [(0, 70.0), (0, 75.0)], [(1, 71.0), (1, 78.0)], [(2, 57.0), (2, 62.0)]]
+    # one colour, one meaning: every throughput bar the same; no colour of one panel in another
+    colours = [{tuple(p.get_facecolor()) for p in ax.patches} for ax in (tps, lat, peak)]
+    assert len(colours[0]) == 1 and len(colours[1]) == 3 and len(colours[2]) == 2
+    assert not (colours[0] & colours[1] or colours[0] & colours[2] or colours[1] & colours[2])
     assert [b.get_height() for b in lat.patches] == pytest.approx(   # mean, p50, p95
         [6.9, 6.7, 8.3, 6.9, 6.7, 8.3, 6.9 * 1.1, 6.7 * 1.1, 8.3 * 1.1])
     assert [b.get_height() for b in peak.patches] == [10, 10, 8, 0, 0, 2]   # running, waiting

@@ -11,6 +11,7 @@ import pytest
 
 import task_11_chunked_prefill as task11
 from common import figures, results, server, steps
+from common.measure import Spread
 from lessons.task_11 import report as task_11_report
 from lessons.task_11.load import iteration_tokens, prefill_steps, tokens_at_arrival
 from lessons.task_11.record import ChunkedPrefill, Correctness, IterationTokens, summary_row
@@ -37,19 +38,32 @@ def test_the_record_reads_back_whole():
     assert [r["label"] for r in saved["vllm"]] == labels
     assert set(saved["mini_engine"][0]) == {
         "label", "budget_tokens", "is_chunked", "latency", "duration_s", "tokens_per_s",
-        "num_steps", "max_step_tokens", "timeline"}          # the outputs are not saved
+        "num_steps", "max_step_tokens", "timeline", "passes"}   # the outputs are not saved
     assert set(saved["vllm"][0]) == {"label", "budget_tokens", "is_chunked", "level", "latency",
                                      "steps", "num_prefill_steps", "num_chat_tokens_at_arrival",
-                                     "startup_s"}
+                                     "startup_s", "passes"}
+    # the passes of no chunking and the smallest budget; the budgets between ran once
+    assert [("passes" in r) for r in saved["vllm"]] == [True, False, False, False, True]
     assert saved["mini_engine"][0]["timeline"]["prefill_tokens"][:3] == [160, 1234, 1234]
     assert saved["settings"]["budgets_tokens"] == BUDGETS and "base_url" not in saved["settings"]
 
 
 def test_the_summary_row():
     record = hand_result()
-    row = "stall -87%, TTFT +40% (vLLM -91%)"   # 157 / 1,165; 1.70 / 1.21; 63 / 700
-    assert summary_row(record) == row == SUMMARY_ROW and len(row) <= 34
+    # both sides of each trade: 157 / 1,165; 1.70 / 1.21; vLLM's 63 / 700; 1.40 / 0.95
+    row = "stall -87%, TTFT +40% (vLLM stall -91%, TTFT +47%)"
+    assert summary_row(record) == row == SUMMARY_ROW
     assert steps.by_name()[task11.SCRIPT].row(record) == row
+    # vLLM's documents sooner when chunked: 0.55 s (0.50-0.60) against 0.95 (0.90-1.05), -42%
+    record.vllm[4].passes.mean_long_ttft_s = Spread(0.55, 0.50, 0.60, 3)
+    assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT -42%)"
+    # 0.98 s (0.92-1.10) against 0.95 (0.90-1.05): the spreads overlap, no change is claimed
+    record.vllm[4].passes.mean_long_ttft_s = Spread(0.98, 0.92, 1.10, 3)
+    assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT not told apart)"
+    # one pass of each: the percentages of the two runs, as measured
+    for run in [*record.mini_engine, *record.vllm]:
+        run.passes = None
+    assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT +47%)"
     record.vllm = None                                   # --no-vllm
     assert task11.summary_row(record) == "stall -87%, TTFT +40%"
     record.vllm = [hand_server(None)]                    # no chunked vLLM run: no figure of it
@@ -58,39 +72,47 @@ def test_the_summary_row():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_11_report.insights(hand_result())
-    assert len(lines) == 6
-    # fp32: 6 of 6 identical at each of the 4 budgets; bfloat16: 6, 5, 6, 4 of 6, so 4-6
-    assert_says(lines[0], "6/6 requests", branch="changed no token", not_branch="a bug")
-    assert_says(lines[1], "bfloat16", "4-6 of 6", "6/6", branch="rounding")
+    assert len(lines) == 5
+    # fp32: 6 of 6 identical at each of the 4 budgets; bfloat16: 6, 5, 6, 4 of 6, so 4-6; one
+    # line (the result said once)
+    assert_says(lines[0], "6/6 requests", "bfloat16", "4-6 of 6",
+                branch=("changed no token", "rounding"), not_branch="a bug")
     # the chats' longest stall 1,165 ms without chunking, 157 at budget 64: 1,165 / 157 = 7.4x
     # shorter; the documents' TTFT (1.0 + 1.42) / 2 = 1.21 s, (1.4 + 2.0) / 2 = 1.70: 1.40x
-    assert_says(lines[2], "mini_engine", "64 tokens", "1,165 -> 157 ms", "(7.4x", "1.21 -> 1.70 s",
-                "(1.40x)", branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
-                not_branch=("did not shorten", "no TTFT"))
+    # each the median of 3 passes, the passes' spreads apart: 1,100-1,250 and 150-170 ms,
+    # 1.15-1.30 and 1.60-1.80 s
+    assert_says(lines[1], "mini_engine", "64 tokens", "1,165 -> 157 ms", "(7.4x shorter",
+                "3 passes each: 1,100-1,250 and 150-170 ms", "1.21 -> 1.70 s", "(1.40x",
+                "3 passes each: 1.15-1.30 and 1.60-1.80 s",
+                branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
+                not_branch=("did not shorten", "no TTFT", "cannot"))
     # without chunking a step held a whole document's 1,234 prompt tokens + 4 chats' decodes:
     # 1,238; no chunked run's step passed its budget
-    assert_says(lines[3], "1,238 tokens", branch="no step computed more than its budget",
+    assert_says(lines[2], "1,238 tokens", branch="no step computed more than its budget",
                 not_branch="a bug")
     # vLLM: stall 700 -> 63 ms, 700 / 63 = 11.1x; TTFT (0.9 + 1.0) / 2 = 0.95 s, (1.2 + 1.6) /
     # 2 = 1.40 s: 1.47x
-    assert_says(lines[4], "vLLM", "64 tokens", "700 -> 63 ms", "(11.1x", "0.95 -> 1.40 s",
-                "(1.47x)", branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
-                not_branch=("did not shorten", "no TTFT"))
+    assert_says(lines[3], "vLLM", "64 tokens", "700 -> 63 ms", "(11.1x",
+                "650-760 and 60-70 ms", "0.95 -> 1.40 s", "(1.47x", "0.90-1.05 and 1.30-1.50 s",
+                branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
+                not_branch=("did not shorten", "no TTFT", "cannot"))
     # 2,468 prompt tokens in 42 steps: 59 a step
-    assert_says(lines[5], "42 steps", "budget 64", "(2 without chunking)", "59 prompt tokens",
+    assert_says(lines[4], "42 steps", "budget 64", "(2 without chunking)", "59 prompt tokens",
                 branch="within the budget", not_branch="over the budget")
     record = hand_result()
     record.num_identical_in_dtype = [5, 5, 5, 5]        # the same at every budget: one figure
-    assert_says(task_11_report.insights(record)[1], "bfloat16", "5 of 6", "6/6",
+    assert_says(task_11_report.insights(record)[0], "6/6", "bfloat16", "5 of 6",
                 branch="rounding", not_branch="5-5")
     record.num_identical_in_dtype = [6, 6, 6, 6]        # bfloat16 as fp32: nothing to explain
     assert not any("rounding" in line for line in task_11_report.insights(record))
+    assert len(task_11_report.insights(record)) == 5
 
 
 def test_the_insight_changes_when_the_figures_do():
     record = hand_result()
     small = record.smallest
     small.latency = hand_latency(1300, (0.9, 1.1))      # a longer stall, a shorter TTFT
+    small.passes = record.mini_engine[0].passes = None  # one pass each: the runs' own figures
     small.max_step_tokens = 80                          # over its budget of 64
     record.correct.num_identical = [6, 6, 5, 6]
     record.num_identical_in_dtype = [6, 6, 6, 6]
@@ -110,6 +132,24 @@ def test_the_insight_changes_when_the_figures_do():
                 not_branch="within the budget")
     record.vllm = None
     assert not any(line.startswith("vLLM") for line in task_11_report.insights(record))
+
+
+def test_a_change_the_passes_cannot_tell_apart_is_not_claimed():
+    """The stall and the TTFT of budget 64 within the spreads of no chunking's passes: the
+    insight and the summary row say so, and claim neither a cut nor a cost."""
+    record = hand_result()
+    small = record.smallest
+    small.passes.max_itl_s = Spread(1.2, 1.15, 1.3, 3)            # 1,100-1,250 overlaps
+    small.passes.mean_long_ttft_s = Spread(1.25, 1.2, 1.35, 3)    # 1.15-1.30 overlaps
+    line = task_11_report.insights(record)[1]
+    assert_says(line, "mini_engine", "64 tokens", "1,165 -> 1,200 ms",
+                "3 passes each: 1,100-1,250 and 1,150-1,300 ms", "1.21 -> 1.25 s",
+                "3 passes each: 1.15-1.30 and 1.20-1.35 s",
+                branch=("spreads cannot tell it apart", "TTFT cannot be told apart"),
+                not_branch=("cut the chats' longest stall", "did not shorten", "x shorter",
+                            "cost the long documents"))
+    assert summary_row(record) == ("stall not told apart, TTFT not told apart (vLLM stall "
+                                   "-91%, TTFT +47%)")
 
 
 def test_the_report_from_the_record(capsys):
@@ -157,6 +197,14 @@ def test_what_the_figure_plots():
     # a row of ticks per chat, then the documents' arrival and their 2 first tokens
     assert len(on_times.lines) == 4 + 1 + 2
     assert on_times.get_title() == "longest stall 157 ms, TTFT 1.70 s"
+    # the legend lies in the band above the budget line, covering none of it
+    fig.canvas.draw()
+    assert off_steps.get_legend().get_window_extent().y0 > \
+        off_steps.transData.transform((1, 2048))[1]
+    # one colour, one meaning: the documents' first tokens are not drawn in prefill's colour
+    from matplotlib.colors import to_hex
+    bar_colours = {to_hex(p.get_facecolor()) for p in off_steps.patches}
+    assert {to_hex(line.get_color()) for line in on_times.lines[5:]}.isdisjoint(bar_colours)
     assert off_steps.get_ylabel() == "tokens computed" and off_steps.get_xlabel() == "engine step"
     assert off_times.get_xlabel() == "time since the first step (s)"
     assert_figure_reads_well(fig, steps.by_name()[task11.SCRIPT].load(), "task 11")
@@ -237,6 +285,11 @@ def test_task_11_on_the_tiny_model(tiny_model, capsys):
     assert [r.label for r in record.mini_engine] == ["no chunking", "budget 64", "budget 32",
                                                      "budget 16"]
     assert record.vllm is None and "3. vLLM" not in out
+    # no chunking and the smallest budget in 3 passes, taking turns; the budgets between once
+    assert [r.passes.max_itl_s.num_passes if r.passes else 1 for r in record.mini_engine] == \
+        [3, 1, 1, 3]
+    assert "no chunking and budget 16: the median pass by the longest stall, of 3 taking" in \
+        " ".join(out.split())
     res = steps.by_name()[task11.SCRIPT].load()
     assert res == record
     assert task11.summary_row(res).startswith("stall ") and "vLLM" not in task11.summary_row(res)

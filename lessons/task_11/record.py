@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from common import load, results
+from common import load, measure, results
 
 NO_CHUNKING = "no chunking"
 
@@ -38,6 +38,7 @@ class Settings(results.Record):
     port: int
     is_vllm_measured: bool      # False with --no-vllm
     base_url: str | None = None  # --base-url: vLLM's part ran there, at that server's setting
+    num_passes: int = 1         # --passes: of no chunking and the smallest budget, in each engine
 
 
 @dataclass
@@ -82,6 +83,31 @@ class Latency(results.Record):
 
 
 @dataclass
+class Passes(results.Record):
+    """The figures of one setting that the summary row and the KEY INSIGHT read, over its
+    passes: the chats' longest stall and the documents' mean TTFT (the run keeps the median
+    pass by the stall, whole)."""
+    max_itl_s: measure.Spread
+    mean_long_ttft_s: measure.Spread
+
+    @classmethod
+    def of(cls, latencies: list[Latency]) -> "Passes":
+        return cls(measure.Spread.of([x.max_itl_s for x in latencies]),
+                   measure.Spread.of([x.mean_long_ttft_s for x in latencies]))
+
+
+def compared(off, on, what: str) -> tuple[float, float, bool | None]:
+    """(off's figure, on's figure, whether their spreads overlap) for what ('max_itl_s' or
+    'mean_long_ttft_s') of two runs (EngineRun or ServerRun): the medians of their passes where
+    both ran several; else the run's own figure, and None (measured once: nothing to tell them
+    apart by)."""
+    a, b = (getattr(r.passes, what) if r.passes else None for r in (off, on))
+    if a is None or b is None or min(a.num_passes, b.num_passes) < 2:
+        return getattr(off.latency, what), getattr(on.latency, what), None
+    return a.median, b.median, a.agrees(b)
+
+
+@dataclass
 class Timeline(results.Record):
     """One mini_engine run step by step, for the figure: seconds from the first step's start."""
     decode_tokens: list[int]            # per step: one for each request decoding
@@ -104,6 +130,7 @@ class EngineRun(results.Record):
     num_steps: int
     max_step_tokens: int        # the most tokens any step computed
     timeline: Timeline
+    passes: Passes | None = None        # None: this setting ran once
     outputs: list[list[int]] = field(default_factory=list, init=False, repr=False,
                                      compare=False)   # each request's tokens; not saved
 
@@ -135,6 +162,7 @@ class ServerRun(results.Record):
     num_prefill_steps: int | None = None
     num_chat_tokens_at_arrival: int | None = None   # the fewest any chat had streamed then
     startup_s: float | None = None          # None: a server already running was used
+    passes: Passes | None = None            # None: this setting ran once
 
 
 @dataclass
@@ -157,15 +185,22 @@ def change(new: float, old: float) -> str:
     return f"{100 * (new / old - 1):+.0f}%"
 
 
+def side(name: str, off, on, what: str) -> str:
+    """'stall -87%', or 'stall not told apart' where the spreads of the passes overlap."""
+    a, b, overlap = compared(off, on, what)
+    return f"{name} not told apart" if overlap else f"{name} {change(b, a)}"
+
+
 def summary_row(res: ChunkedPrefill) -> str:
-    """What chunking at the smallest budget did to mini_engine's longest stall and mean TTFT,
-    and to vLLM's stall, against no chunking, in the summary's 34 columns: 'stall -87%, TTFT
-    +40% (vLLM -86%)'."""
-    off, on = res.mini_engine[0].latency, res.smallest.latency
-    row = f"stall {change(on.max_itl_s, off.max_itl_s)}, TTFT " \
-          f"{change(on.mean_long_ttft_s, off.mean_long_ttft_s)}"
+    """What chunking at the smallest budget did to the chats' longest stall and the long
+    documents' mean TTFT against no chunking, both sides of the trade, mini_engine's then
+    vLLM's: 'stall -87%, TTFT +40% (vLLM stall -91%, TTFT +47%)'; a side whose spreads overlap
+    is 'not told apart'."""
+    off, on = res.mini_engine[0], res.smallest
+    row = f"{side('stall', off, on, 'max_itl_s')}, {side('TTFT', off, on, 'mean_long_ttft_s')}"
     vllm = [r for r in res.vllm or [] if r.latency and r.budget_tokens]
     if len(vllm) > 1 and not vllm[0].is_chunked:
-        v_on = min(vllm[1:], key=lambda r: r.budget_tokens)
-        row += f" (vLLM {change(v_on.latency.max_itl_s, vllm[0].latency.max_itl_s)})"
+        v_off, v_on = vllm[0], min(vllm[1:], key=lambda r: r.budget_tokens)
+        row += (f" (vLLM {side('stall', v_off, v_on, 'max_itl_s')}, "
+                f"{side('TTFT', v_off, v_on, 'mean_long_ttft_s')})")
     return row

@@ -6,7 +6,8 @@ chunking first."""
 from __future__ import annotations
 
 from common import report
-from lessons.task_11.record import NO_CHUNKING, ChunkedPrefill, Latency, ServerRun, Settings
+from lessons.task_11.record import (NO_CHUNKING, ChunkedPrefill, Latency, ServerRun, Settings,
+                                    compared)
 from lessons.task_11.workloads import INSTRUCTION
 
 LABEL_WIDTH = 25   # the tables' first column; the settings share the other 40
@@ -87,6 +88,7 @@ def print_engine(res: ChunkedPrefill) -> None:
         widths(len(runs)))
     report.note("Gap: between two tokens of one chat (inter-token latency); TTFT: from the "
                 "long document's arrival")
+    passes_note(runs, "taking turns")
 
 
 def print_vllm(res: ChunkedPrefill) -> None:
@@ -116,39 +118,62 @@ def print_vllm(res: ChunkedPrefill) -> None:
                 "count of vllm:iteration_tokens_total over the load; vLLM adds a prompt's tokens "
                 "to that histogram whole, in the step that makes its first token, so a prompt "
                 "computed in chunks counts as one step over the budget")
+    passes_note(runs, "one after another on its server")
 
 
-def trade(name: str, off: Latency, on: Latency, budget: int) -> str:
-    """The stall removed and the TTFT paid (or not), each by how much."""
-    stall = (f"cut the chats' longest stall {1000 * off.max_itl_s:,.0f} -> "
-             f"{1000 * on.max_itl_s:,.0f} ms ({off.max_itl_s / on.max_itl_s:.1f}x shorter)"
-             if on.max_itl_s < off.max_itl_s else
-             f"did not shorten the chats' longest stall ({1000 * off.max_itl_s:,.0f} -> "
-             f"{1000 * on.max_itl_s:,.0f} ms)")
-    ttft = (f"cost the long documents' TTFT {off.mean_long_ttft_s:.2f} -> "
-            f"{on.mean_long_ttft_s:.2f} s ({on.mean_long_ttft_s / off.mean_long_ttft_s:.2f}x)"
-            if on.mean_long_ttft_s > off.mean_long_ttft_s else
-            f"cost the long documents no TTFT ({off.mean_long_ttft_s:.2f} -> "
-            f"{on.mean_long_ttft_s:.2f} s)")
+def passes_note(runs, how: str) -> None:
+    """Which columns are the median pass of several, and of how many."""
+    repeated = [r for r in runs if r.passes and r.passes.max_itl_s.num_passes > 1]
+    if repeated:
+        report.note(f"{' and '.join(r.label for r in repeated)}: the median pass by the longest "
+                    f"stall, of {min(r.passes.max_itl_s.num_passes for r in repeated)} {how}; "
+                    f"the other columns ran once")
+
+
+def spreads(off, on, what: str, scale: float, fmt: str, unit: str) -> str:
+    """'; 3 passes each: 1,100-1,250 and 150-170 ms' where both settings ran several, else ''."""
+    if compared(off, on, what)[2] is None:
+        return ""
+    a, b = (getattr(r.passes, what).scaled(scale) for r in (off, on))
+    return (f"; {min(a.num_passes, b.num_passes)} passes each: {a.low:{fmt}}-{a.high:{fmt}} and "
+            f"{b.low:{fmt}}-{b.high:{fmt}}{unit}")
+
+
+def trade(name: str, off, on, budget: int) -> str:
+    """The stall removed and the TTFT paid (or not), each by how much: two runs (EngineRun or
+    ServerRun), the medians of their passes where both ran several, and a change their spreads
+    cannot tell apart said so."""
+    a, b, overlap = compared(off, on, "max_itl_s")
+    said, passes = f"{1000 * a:,.0f} -> {1000 * b:,.0f} ms", spreads(off, on, "max_itl_s", 1000,
+                                                                    ",.0f", " ms")
+    stall = (f"left the chats' longest stall where the spreads cannot tell it apart ({said}"
+             f"{passes})" if overlap else
+             f"cut the chats' longest stall {said} ({a / b:.1f}x shorter{passes})" if b < a else
+             f"did not shorten the chats' longest stall ({said}{passes})")
+    a, b, overlap = compared(off, on, "mean_long_ttft_s")
+    said, passes = f"{a:.2f} -> {b:.2f} s", spreads(off, on, "mean_long_ttft_s", 1, ".2f", " s")
+    ttft = (f"the long documents' TTFT cannot be told apart ({said}{passes})" if overlap else
+            f"cost the long documents' TTFT {said} ({b / a:.2f}x{passes})" if b > a else
+            f"cost the long documents no TTFT ({said}{passes})")
     return f"{name}: a budget of {budget} tokens a step {stall}, and {ttft}"
 
 
-def correct_lines(res: ChunkedPrefill) -> list[str]:
-    """A bug or rounding: fp32 decides."""
+def correct_line(res: ChunkedPrefill) -> str:
+    """A bug or rounding: fp32 decides; the run's dtype in the same line, so the result is said
+    once."""
     c, s = res.correct, res.settings
     n = c.num_requests
     bad = [f"{b} ({n - k} differ)" for b, k in zip(s.budgets_tokens, c.num_identical) if k < n]
     if bad:
-        return [f"In fp32, requests differ from no chunking at budget {', '.join(bad)}: a bug"]
-    lines = [f"Chunking changed no token: {n}/{n} requests identical in fp32 at every budget"]
+        return f"In fp32, requests differ from no chunking at budget {', '.join(bad)}: a bug"
+    line = f"Chunking changed no token: {n}/{n} requests identical in fp32 at every budget"
     same = res.num_identical_in_dtype
     if min(same) < n:
         matched = f"{min(same)}" if min(same) == max(same) else f"{min(same)}-{max(same)}"
-        lines.append(f"In {res.header.dtype}, {matched} of {n} matched no chunking; "
-                     f"fp32 matched {n}/{n}, so the difference is rounding (a chunk's matmuls and "
-                     f"attention run in other shapes, which round differently in "
-                     f"{res.header.dtype}), not the schedule")
-    return lines
+        line += (f"; in {res.header.dtype}, {matched} of {n} matched no chunking, so the "
+                 f"difference is rounding (a chunk's matmuls and attention run in other shapes, "
+                 f"which round differently in {res.header.dtype}), not the schedule")
+    return line
 
 
 def vllm_lines(res: ChunkedPrefill) -> list[str]:
@@ -158,7 +183,7 @@ def vllm_lines(res: ChunkedPrefill) -> list[str]:
     on = min((r for r in vllm if r.is_chunked), default=None, key=lambda r: r.budget_tokens)
     if not (off and on):
         return []
-    lines = [trade("vLLM", off.latency, on.latency, on.budget_tokens)]
+    lines = [trade("vLLM", off, on, on.budget_tokens)]
     if off.num_prefill_steps and on.num_prefill_steps:
         per_step = res.workload.num_long_prompt_tokens / on.num_prefill_steps
         lines.append(f"vLLM's long documents took {on.num_prefill_steps} steps to prefill at "
@@ -171,10 +196,12 @@ def vllm_lines(res: ChunkedPrefill) -> list[str]:
 
 
 def insights(res: ChunkedPrefill) -> list[str]:
+    """At most five lines: correct, mini_engine's trade, the budget held, vLLM's trade and its
+    steps."""
     runs = res.mini_engine
-    lines = correct_lines(res)
+    lines = [correct_line(res)]
     off, small = runs[0], res.smallest
-    lines.append(trade("mini_engine", off.latency, small.latency, small.budget_tokens))
+    lines.append(trade("mini_engine", off, small, small.budget_tokens))
     over = [r.label for r in runs if r.max_step_tokens > r.budget_tokens]
     lines.append(f"Without chunking one step computed {off.max_step_tokens:,} tokens while the "
                  f"chats waited; chunked, no step computed more than its budget"

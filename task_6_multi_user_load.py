@@ -16,7 +16,7 @@ against all at once (both measured).
 """
 from __future__ import annotations
 
-from common import cli, figures, load, measure, report, results, settings
+from common import cli, figures, load, measure, metrics, report, results, settings
 from lessons.task_6.figure import draw_load_levels
 from lessons.task_6.record import (LEVEL, SEQUENTIAL, Alone, MultiUserLoad, alone_of,
                                    scaling_range, summary_row)
@@ -42,20 +42,35 @@ def parse_args(argv: list[str] | None):
 
 
 # --- the measurement: the levels, then the largest group one after another -----------------------
+def run_level(srv, prompts: list[str], max_tokens: int, concurrent: bool = True
+              ) -> load.LoadLevel:
+    """One level, and the engine core's own mean inter-token latency over it, from the server's
+    /metrics: its step without the API server and HTTP, which the client's TPOT includes."""
+    before = metrics.read(srv.base_url)
+    level = load.run_level(srv.base_url, srv.model_name, prompts, max_tokens,
+                           concurrent=concurrent)
+    level.engine_itl_s = metrics.engine_itl_s(before, metrics.read(srv.base_url))
+    return level
+
+
 def run_levels(srv, users: list[int], max_tokens: int, passes: int
                ) -> list[list[load.LoadLevel]]:
     """Every level's passes, the levels taking turns (1, 5, 10, 20, then again), so the
-    machine's drift lands in every level's spread rather than in one level."""
+    machine's drift lands in every level's spread rather than in one level. A pass in which a
+    request failed is the last."""
     found: list[list[load.LoadLevel]] = [[] for _ in users]
     for p in range(passes):
         for i, num_users in enumerate(users):
             print(f"  Pass {p + 1}/{passes}, {num_users} user{'s' * (num_users > 1)}...",
                   end=" ", flush=True)
-            level = load.run_level(srv.base_url, srv.model_name, load.user_prompts(num_users),
-                                   max_tokens)
+            level = run_level(srv, load.user_prompts(num_users), max_tokens)
             found[i].append(level)
             print(f"{level.tokens_per_s:.1f} tok/s, {load.seconds(level.mean_latency_s)} s avg, "
                   f"{level.num_ok}/{num_users} ok", flush=True)
+        if p + 1 < passes and any(lv[-1].num_failed for lv in found):
+            # a request failed: the server is down or refusing, and a pass more measures nothing
+            print(f"  A request failed in pass {p + 1}: no more passes.", flush=True)
+            break
     return found
 
 
@@ -71,8 +86,7 @@ def run_sequential(srv, levels: list[load.LoadLevel], max_tokens: int
     if largest.num_users <= 1:
         return None
     print(f"  Sending the {largest.num_users} requests one after another...", flush=True)
-    return load.run_level(srv.base_url, srv.model_name, load.user_prompts(largest.num_users),
-                          max_tokens, concurrent=False)
+    return run_level(srv, load.user_prompts(largest.num_users), max_tokens, concurrent=False)
 
 
 def num_failed_of(levels: list[load.LoadLevel], sequential: load.LoadLevel | None) -> int:
@@ -118,6 +132,10 @@ def print_alone(alone: Alone, num_sequential: int) -> None:
                     f"{alone.used}, the one of more passes.", indent=2)
 
 
+def in_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.0f}"
+
+
 def print_scaling(levels: list[load.LoadLevel], spreads: list[measure.Spread] = (),
                   alone: Alone | None = None, num_sequential: int = 0) -> float:
     """Peak throughput over one request alone (alone's baseline, else the first level's), and
@@ -142,11 +160,15 @@ def print_scaling(levels: list[load.LoadLevel], spreads: list[measure.Spread] = 
                                      f"{high:.1f} from the spreads)")
     else:
         report.row("Scaling factor", f"{scaling:.1f}x throughput improvement")
-    report.note("Per-user effective speed (throughput / users):")
-    for lv in levels:
-        tpot = "-" if lv.mean_tpot_s is None else f"{1000 * lv.mean_tpot_s:.0f} ms"
-        report.note(f"{lv.num_users:>4} users: {lv.tokens_per_s / lv.num_users:6.1f} tok/s each, "
-                    f"time per output token {tpot}", indent=2)
+    print()
+    report.table(["Users", "Tok/s each", "TPOT (ms)", "Engine core (ms)"],
+                 [(lv.num_users, f"{lv.tokens_per_s / lv.num_users:.1f}", in_ms(lv.mean_tpot_s),
+                   in_ms(lv.engine_itl_s)) for lv in levels],
+                 widths=[7, 12, 11, 18], align_left=())
+    report.note("Tok/s each: the level's throughput / its users. TPOT: the client's time per "
+                "output token. Engine core: vLLM's own inter-token latency from /metrics, stamped "
+                "as each step leaves the engine core ('-': not read); the rest of the TPOT is the "
+                "API server, streaming and HTTP.")
     return scaling
 
 
@@ -163,6 +185,15 @@ def print_sequential(levels: list[load.LoadLevel], sequential: load.LoadLevel) -
 # is over LATENCY_ROSE_AT times the first level's.
 SCALES_AT = 1.5
 LATENCY_ROSE_AT = 1.1
+# Requests "queued" when their mean time to first token is at least this share of what waiting
+# in line one after another would give them (in_line_ttft_s): half way from none to all of it.
+IN_LINE_AT = 0.5
+
+
+def in_line_ttft_s(num_users: int, alone_s: float, alone_ttft_s: float) -> float:
+    """The mean time to first token of num_users requests served one after another, each taking
+    what one request alone took: the k-th waits for the k - 1 before it, (n - 1) / 2 on average."""
+    return (num_users - 1) / 2 * alone_s + alone_ttft_s
 
 
 def insights(levels: list[load.LoadLevel], sequential: load.LoadLevel | None,
@@ -194,16 +225,17 @@ def insights(levels: list[load.LoadLevel], sequential: load.LoadLevel | None,
                  f"{peak.tokens_per_s:.1f} tok/s)"
                  + (f"; each step took {tpot_ratio:.1f}x as long with {largest.num_users} "
                     f"requests in it" if tpot_ratio else "")]
-    ttft = largest.mean_ttft_s
-    if ttft < alone_s:
-        lines.append(f"The {largest.num_users} requests sent at once got their first token "
-                     f"after {ttft:.2f} s on average, less than one whole request takes alone "
-                     f"({alone_s:.2f} s): none waited for another to finish, the engine "
+    ttft, n = largest.mean_ttft_s, largest.num_users
+    in_line = in_line_ttft_s(n, alone_s, base.mean_ttft_s)
+    if ttft < IN_LINE_AT * in_line:
+        lines.append(f"The {n} requests sent at once got their first token after {ttft:.2f} s "
+                     f"on average ({base.mean_ttft_s:.2f} s alone); waiting in line, one after "
+                     f"another, they would have got it after {in_line:.2f} s: the engine "
                      f"batched them as they arrived (continuous batching)")
     else:
-        lines.append(f"Requests queued: at {largest.num_users} users the mean time to first "
-                     f"token ({ttft:.2f} s) was longer than one whole request alone "
-                     f"({alone_s:.2f} s)")
+        lines.append(f"Requests queued: at {n} users the mean time to first token "
+                     f"({ttft:.2f} s) came near what waiting in line one after another gives "
+                     f"({in_line:.2f} s)")
     latency = largest.mean_latency_s
     if latency > LATENCY_ROSE_AT * alone_s:
         lines.append(f"Per-request latency rose from {alone_s:.2f} s alone to {latency:.2f} s "
@@ -255,7 +287,7 @@ def main(argv: list[str] | None = None) -> MultiUserLoad:
         base_url=srv.base_url, server_state=srv.state, users_per_level=args.users,
         max_tokens=args.max_tokens, temperature=settings.TEMPERATURE, levels=levels,
         scaling_factor=scaling, server_config=srv.config.describe() if srv.config else None,
-        sequential=sequential, num_passes=args.passes, spreads=spreads, alone=alone,
+        sequential=sequential, num_passes=len(passes[0]), spreads=spreads, alone=alone,
         scaling_range=(scaling_range(spreads[peak], alone)
                        if alone and levels[peak].tokens_per_s and alone.tokens_per_s else None))
     figures.saved(results.save(SCRIPT, record), record, FIGURES)

@@ -158,7 +158,7 @@ def print_comparison(runs: list[ConfigRun], num_requests: int, port: int) -> Non
     report.table(["Cfg", "len", "seqs", "blocks", "conc.", "run/wait", "tok/s", "Lat(s)", "OK"],
                  [(r.label[0], r.config.max_model_len, r.config.max_num_seqs,
                    r.num_kv_blocks if r.num_kv_blocks is not None else "-",
-                   f"{r.kv_max_concurrency:.0f}x",
+                   f"{int(r.kv_max_concurrency)}x",
                    f"{r.peak_num_requests_running}/{r.peak_num_requests_waiting}",
                    f"{r.level.tokens_per_s:.1f}", load.seconds(r.level.mean_latency_s),
                    f"{r.level.num_ok}/{num_requests}") for r in runs],
@@ -195,15 +195,15 @@ def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
     if b.kv_max_concurrency > a.kv_max_concurrency:
         context = (f"max_model_len sets the KV memory per request: {len_a} -> "
                    f"{len_b} tokens took the engine from "
-                   f"{a.kv_max_concurrency:.0f}x to {b.kv_max_concurrency:.0f}x requests "
+                   f"{int(a.kv_max_concurrency)}x to {int(b.kv_max_concurrency)}x requests "
                    f"at once")
     else:   # blocks of max_model_len or more (settings.BLOCK_SIZE; vLLM's CPU default is 128)
         block = b.kv_block_size_tokens
         context = (f"max_model_len sets the KV memory per request in whole {block}-token blocks: "
                    f"{len_b} tokens hold {kv.cdiv(len_b, block)} "
                    f"block(s), {len_a} tokens {kv.cdiv(len_a, block)}, "
-                   f"so B fits {b.kv_max_concurrency:.0f}x requests at once, A "
-                   f"{a.kv_max_concurrency:.0f}x")
+                   f"so B fits {int(b.kv_max_concurrency)}x requests at once, A "
+                   f"{int(a.kv_max_concurrency)}x")
     shorter = f"Shorter context: {versus(a, b)}"
     if c.peak_num_requests_waiting:
         batch = (f"max_num_seqs caps the batch: with max_num_seqs={c.config.max_num_seqs}, "

@@ -136,6 +136,8 @@ class LoadLevel(results.Record):
     mean_tpot_s: float | None = None        # time per output token after the first
     errors: list[str] = field(default_factory=list)   # the failed requests' errors, distinct
     is_concurrent: bool = True
+    engine_itl_s: float | None = None       # the server's own mean inter-token latency over
+                                            # the level, from /metrics (None: not read)
     requests: list[RequestResult] = field(default_factory=list, init=False, repr=False,
                                           compare=False)
 

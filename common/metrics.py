@@ -7,6 +7,7 @@ Gauges (running, waiting, KV-cache usage) are read as they are.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import requests
@@ -47,6 +48,10 @@ class Snapshot:
     preemptions: float         # counter vllm:num_preemptions_total
     prefix_queries: float = 0.0   # counter vllm:prefix_cache_queries_total: prompt tokens looked up
     prefix_hits: float = 0.0      # counter vllm:prefix_cache_hits_total: of them found cached
+    # histogram vllm:inter_token_latency_seconds: the gaps between a request's tokens, stamped
+    # in the engine core as each step's outputs leave it, so before the API server and HTTP
+    itl_sum_s: float = 0.0
+    itl_count: float = 0.0
 
     @property
     def mean_ttft_s(self) -> float | None:
@@ -87,7 +92,26 @@ def snapshot(text: str, time_s: float) -> Snapshot:
                     e2e_count=total("vllm:e2e_request_latency_seconds_count"),
                     preemptions=total("vllm:num_preemptions_total"),
                     prefix_queries=total("vllm:prefix_cache_queries_total"),
-                    prefix_hits=total("vllm:prefix_cache_hits_total"))
+                    prefix_hits=total("vllm:prefix_cache_hits_total"),
+                    itl_sum_s=total("vllm:inter_token_latency_seconds_sum"),
+                    itl_count=total("vllm:inter_token_latency_seconds_count"))
+
+
+def read(base_url: str) -> Snapshot | None:
+    """A snapshot now, or None where the server has no /metrics (an external server)."""
+    try:
+        return snapshot(fetch(base_url), time.monotonic())
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def engine_itl_s(old: Snapshot | None, new: Snapshot | None) -> float | None:
+    """The engine core's mean inter-token latency between two snapshots: its own step time while
+    requests decode, without the API server's and HTTP's part of what a client measures (None:
+    a snapshot is missing, or no token came in between)."""
+    if old is None or new is None or new.itl_count <= old.itl_count:
+        return None
+    return (new.itl_sum_s - old.itl_sum_s) / (new.itl_count - old.itl_count)
 
 
 @dataclass(frozen=True)

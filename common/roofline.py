@@ -277,12 +277,14 @@ class MeasuredStep:
     tokens_per_s: float
     step_ms: float        # time per decode step
     step_from: str        # how step_ms was found: 'time / tokens', 'measured TPOT'
+    core_ms: float | None = None   # a server's: its engine core's own step, of step_ms
 
 
 @dataclass
 class OneUser(results.Record):
     tokens_per_s: float
     step_ms: float
+    core_ms: float | None = None
 
 
 @dataclass
@@ -299,6 +301,7 @@ class Placed(results.Record):
     roofline_at_users: Ceiling | None = None
     pct_of_roofline_at_users: float | None = None
     one_user: OneUser | None = None      # the same server's 1-user level, beside its batch
+    core_ms: float | None = None         # a server's engine core's own step (vLLM's ITL)
 
     @property
     def is_batch(self) -> bool:
@@ -352,7 +355,7 @@ def place(steps: list[MeasuredStep], cost: ModelCost, machine: Machine, context:
     for s in steps:
         if s.users == 1 and s.name in batched:
             continue     # a batch's own 1-user level goes beside it (one_user)
-        p = Placed(s.label, s.users, s.tokens_per_s, s.step_ms, s.step_from)
+        p = Placed(s.label, s.users, s.tokens_per_s, s.step_ms, s.step_from, core_ms=s.core_ms)
         if s.users == 1:
             p.pct_of_bandwidth_ceiling = 100 * s.tokens_per_s / single.tokens_per_s
         else:
@@ -361,7 +364,8 @@ def place(steps: list[MeasuredStep], cost: ModelCost, machine: Machine, context:
             p.roofline_at_users = at_batch
             p.pct_of_roofline_at_users = 100 * s.tokens_per_s / at_batch.tokens_per_s
             if s.name in ones:
-                p.one_user = OneUser(ones[s.name].tokens_per_s, ones[s.name].step_ms)
+                one = ones[s.name]
+                p.one_user = OneUser(one.tokens_per_s, one.step_ms, one.core_ms)
         placed[s.name] = p
     rungs = []
     if floor is not None and floor.covers(cost, {s.users for s in steps}):

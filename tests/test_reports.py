@@ -12,11 +12,13 @@ import pytest
 import task_2_vllm_inference as task2
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
+import task_5_api_server as task5
 import task_6_multi_user_load as task6
 import task_7_tuning as task7
 import task_8_dashboard as task8
 from common import kv, load, report
 from common.load import LoadLevel, RequestResult
+from common.measure import Spread
 from tests.conftest import assert_fits
 from tests.says import assert_says
 
@@ -96,13 +98,14 @@ def level(users: int, duration_s: float, latency_s: float, ttft_s: float, tokens
 
 def test_task6_insight_when_throughput_scales():
     # 1 user: 50 tokens in 5.0 s = 10.0 tok/s; 20 users: 1,000 tokens in 10.0 s = 100.0 tok/s:
-    # 10.0x, past SCALES_AT (1.5x). TTFT 0.50 s at 20 users, under one request alone (5.00 s):
-    # batched as they came. Latency 9.00 / 5.00 = 1.8x, past LATENCY_ROSE_AT (1.1x)
+    # 10.0x, past SCALES_AT (1.5x). TTFT 0.50 s at 20 users; in line, one after another, 19 / 2
+    # x 5.0 + 0.2 = 47.70 s, and 0.50 is under half of it: batched as they came. Latency 9.00 /
+    # 5.00 = 1.8x, past LATENCY_ROSE_AT (1.1x)
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 9.0, 0.5)], None)
     assert len(lines) == 3
     assert_says(lines[0], "10.0x", "1 to 20 users", "10.0 -> 100.0 tok/s",
                 branch="SCALES", not_branch=("barely grew", "each step took"))
-    assert_says(lines[1], "20 requests", "0.50 s", "5.00 s",
+    assert_says(lines[1], "20 requests", "0.50 s", "(0.20 s alone)", "after 47.70 s",
                 branch="continuous batching", not_branch="queued")
     assert_says(lines[2], "5.00 s alone", "9.00 s", "(1.8x)", "20 users", "10.0x",
                 branch=("latency rose", "while throughput rose"),
@@ -116,13 +119,14 @@ def test_task6_insight_when_throughput_scales():
 def test_task6_insight_when_it_does_not():
     # 4 users: 200 tokens in 18.0 s = 11.1 tok/s against 10.0: 1.1x, under SCALES_AT; a step
     # (18.0 - 6.0) / 49 = 245 ms against (5.0 - 0.2) / 49 = 98 ms: 2.5x as long. TTFT 6.00 s,
-    # longer than one request alone (5.00 s): queued. Latency 18.00 / 5.00 = 3.6x
+    # over half of 3 / 2 x 5.0 + 0.2 = 7.70 s in line: queued. Latency 18.00 / 5.00 = 3.6x
     lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(4, 18.0, 18.0, 6.0)], None)
     assert len(lines) == 3
     assert_says(lines[0], "1.1x", "1 to 4 users", "10.0 -> 11.1 tok/s", "2.5x", "4 requests",
                 branch=("barely grew", "each step took"), not_branch="SCALES")
-    assert_says(lines[1], "4 users", "6.00 s", "5.00 s",
+    assert_says(lines[1], "4 users", "(6.00 s)", "(7.70 s)",
                 branch="queued", not_branch="continuous batching")
+    assert task6.in_line_ttft_s(4, 5.0, 0.2) == 7.7
     assert_says(lines[2], "5.00 s alone", "18.00 s", "(3.6x)", "4 users",
                 branch=("latency rose", "with little more throughput"),
                 not_branch=("while throughput rose", "hardly changed"))
@@ -157,9 +161,13 @@ def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
     assert task6.print_scaling(levels) == 8.0
     out = capsys.readouterr().out
     assert "Scaling factor:                   8.0x throughput improvement" in out
-    assert "   1 users:   10.0 tok/s each, time per output token 98 ms" in out
-    assert "   4 users:    6.2 tok/s each" in out            # 6.25, printed to one place
-    assert "  20 users:    4.0 tok/s each" in out
+    # TPOT 98, (7.0 - 0.3) / 49 = 137, (11.0 - 0.5) / 49 = 214 ms; no /metrics read: '-'
+    assert "\n      1        10.0         98                 -\n" in out
+    assert "\n      4         6.2        137                 -\n" in out   # 6.25 to one place
+    assert "\n     20         4.0        214                 -\n" in out
+    levels[2].engine_itl_s = 0.2                          # the engine core's own, read
+    task6.print_scaling(levels)
+    assert "\n     20         4.0        214               200\n" in capsys.readouterr().out
     assert task6.print_scaling([level(1, 5.0, 0.0, 0.0, failed=1), levels[2]]) == 0.0
 
 
@@ -238,40 +246,96 @@ def test_task2_speedup_by_hand(capsys):
     assert "vLLM is 0.5x as fast in tokens/sec" in capsys.readouterr().out
 
 
+def test_task2_one_request_is_told_apart_only_by_its_passes():
+    # vLLM's passes 2.0, 2.1, 2.2 s for 50 tokens: 25.0, 23.8, 22.7 tok/s (median 23.8)
+    gen = task2.engine.Generation("vLLM", "text", 11, 50, 2.1, 9.0, 2, pass_times_s=[2.0, 2.1, 2.2])
+    near = task2.Baseline("task 1", 23.0, 2.17, [22.0, 23.0, 24.0])          # overlaps
+    assert_says(task2.one_request_line(gen, near), "vLLM 23.8", "HuggingFace 23.0",
+                branch="the same speed", not_branch=("faster", "slower", "one pass"))
+    far = task2.Baseline("task 1", 15.0, 3.33, [14.0, 15.0, 16.0])           # 23.8 / 15.0
+    assert_says(task2.one_request_line(gen, far), "vLLM 23.8", "HuggingFace 15.0", "1.59x",
+                branch="faster", not_branch=("the same speed", "slower", "one pass"))
+    fast = task2.Baseline("task 1", 30.0, 1.67, [29.0, 30.0, 31.0])          # 23.8 / 30.0
+    assert_says(task2.one_request_line(gen, fast), "0.79x", branch="slower",
+                not_branch=("the same speed", "faster"))
+    older = task2.Baseline("task 1", 23.0, 2.17)                             # one pass saved
+    assert_says(task2.one_request_line(gen, older), "1.04x", "faster",   # 23.81 / 23.0
+                branch="one pass: not told apart", not_branch="the same speed")
+
+
 # --- task 7: the insight from the three configs -----------------------------------------------
-def config(label, max_model_len, max_num_seqs, blocks, concurrency, running, waiting, tok_s):
-    # 10 requests of 50 tokens; the duration gives the level its tok/s
+def config(label, max_model_len, max_num_seqs, blocks, concurrency, running, waiting, tok_s,
+           spread=None):
+    # 10 requests of 50 tokens; the duration gives the level its tok/s; spread: (low, high) of
+    # 3 passes, None for one pass
     measured = LoadLevel(10, 10, 500 / tok_s, 500, tok_s)
+    passes = (task7.measure.Spread(tok_s, *spread, 3) if spread else
+              task7.measure.Spread(tok_s, tok_s, tok_s, 1))
     return task7.ConfigRun(task7.TuningConfig(label, max_model_len, max_num_seqs), "started",
                            concurrency, measured, num_kv_blocks=blocks, kv_block_size_tokens=128,
-                           peak_num_requests_running=running, peak_num_requests_waiting=waiting)
+                           peak_num_requests_running=running, peak_num_requests_waiting=waiting,
+                           spread=passes)
 
 
 def test_task7_insight_from_the_configs():
-    rows = [config("A: Default", 128, 256, 22, 22.0, 10, 0, 80.0),
-            config("B: Shorter Context", 64, 256, 22, 22.0, 10, 0, 81.0),
-            config("C: Limited Concurrency", 64, 8, 22, 22.0, 8, 2, 60.0)]
+    rows = [config("A: Default", 128, 256, 22, 22.0, 10, 0, 80.0, (76.0, 84.0)),
+            config("B: Shorter Context", 64, 256, 22, 22.0, 10, 0, 81.0, (79.0, 83.0)),
+            config("C: Limited Concurrency", 64, 8, 22, 22.0, 8, 2, 60.0, (58.0, 63.0))]
     lines = task7.insights(rows, 10)
-    assert len(lines) == 3
+    assert len(lines) == 4
     # 128-token blocks: 64 tokens hold ceil(64 / 128) = 1, 128 tokens 1, so B fits no more
     # requests than A (22x each): the line says why, in whole blocks
     assert_says(lines[0], "128-token", "64 tokens hold 1", "128 tokens 1", "22x", "22x",
                 branch="in whole", not_branch="took the engine from")
-    # C: 8 ran and 2 waited at max_num_seqs=8, 60.0 tok/s against B's 81.0 at 256
-    assert_says(lines[1], "max_num_seqs=8", "8 ran", "2 waited", "60.0 tok/s", "81.0",
-                "max_num_seqs=256",
-                branch="caps the batch", not_branch=("capped nothing", "not observed"))
+    # A 76.0-84.0 and B 79.0-83.0 overlap: not told apart, whatever the medians
+    assert_says(lines[1], "B made 81.0 tok/s (79.0-83.0, 3 passes)", "A's 80.0 (76.0-84.0",
+                branch="cannot be told apart", not_branch=("FASTER", "SLOWER", "one pass"))
+    # C: 8 ran and 2 waited at max_num_seqs=8; 58.0-63.0 tok/s lies below B's 79.0-83.0
+    assert_says(lines[2], "max_num_seqs=8", "8 ran", "2 waited", "max_num_seqs=256",
+                "C made 60.0 tok/s (58.0-63.0, 3 passes)", "B's 81.0 (79.0-83.0",
+                branch=("caps the batch", "SLOWER than B"),
+                not_branch=("capped nothing", "not observed", "cannot be told apart"))
     # C's 22 blocks, B's 22: the same cache
-    assert_says(lines[2], "22 blocks", branch=("divides no memory", "the same"),
+    assert_says(lines[3], "22 blocks", branch=("divides no memory", "the same"),
                 not_branch="against B's")
+    # the summary row says the same of A, B and C
+    tuning = task7.Tuning(num_requests=10, max_tokens=50, kv_cache_memory_bytes=0,
+                          configs=rows)
+    assert task7.summary_row(tuning) == ("A 80.0 / B 81.0 / C 60.0 tok/s; A, B not told "
+                                         "apart; C below B")
+    # the other way: A 70.0-74.0 below B's 79.0-83.0, and C 78.0-85.0 overlapping B
+    other = [dataclasses.replace(rows[0], level=LoadLevel(10, 10, 500 / 72.0, 500, 72.0),
+                                 spread=task7.measure.Spread(72.0, 70.0, 74.0, 3)),
+             rows[1],
+             dataclasses.replace(rows[2], level=LoadLevel(10, 10, 500 / 80.0, 500, 80.0),
+                                 spread=task7.measure.Spread(80.0, 78.0, 85.0, 3))]
+    lines = task7.insights(other, 10)
+    assert_says(lines[1], "B made 81.0 tok/s (79.0-83.0, 3 passes)", "A's 72.0 (70.0-74.0",
+                branch="FASTER than A", not_branch=("cannot be told apart", "SLOWER"))
+    assert_says(lines[2], "C made 80.0 tok/s (78.0-85.0, 3 passes)", "B's 81.0",
+                branch=("caps the batch", "B and C cannot be told apart"),
+                not_branch=("FASTER", "SLOWER"))
+    assert task7.summary_row(dataclasses.replace(tuning, configs=other)) == \
+        "A 72.0 / B 81.0 / C 80.0 tok/s; B above A; B, C not told apart"
+    # one pass each (lab.py --quick): no spread, so nothing is called apart
+    single = [config(r.label, r.config.max_model_len, r.config.max_num_seqs, 22, 22.0,
+                     r.peak_num_requests_running, r.peak_num_requests_waiting,
+                     r.level.tokens_per_s) for r in rows]
+    lines = task7.insights(single, 10)
+    assert_says(lines[1], "B made 81.0 tok/s", "A's 80.0", branch="one pass each",
+                not_branch=("cannot be told apart", "FASTER", "SLOWER"))
+    assert_says(lines[2], "C made 60.0 tok/s", "B's 81.0", branch="one pass each",
+                not_branch=("cannot be told apart", "FASTER", "SLOWER"))
+    assert task7.summary_row(dataclasses.replace(tuning, configs=single)) == \
+        "A 80.0 / B 81.0 / C 60.0 tok/s (1 pass: not compared)"
     # C's cache of 11 blocks against B's 22 (another run's memory): named, not "the same"
     other = [*rows[:2], dataclasses.replace(rows[2], num_kv_blocks=11)]
-    assert_says(task7.insights(other, 10)[2], "11 blocks", "B's 22",
+    assert_says(task7.insights(other, 10)[3], "11 blocks", "B's 22",
                 branch=("divides no memory", "against B's"), not_branch="the same")
     # an engine that exports no block count: no line about C's memory
     other[2] = dataclasses.replace(rows[2], num_kv_blocks=None)
     assert not any("memory:" in line for line in task7.insights(other, 10))
-    assert len(task7.insights(other, 10)) == 2
+    assert len(task7.insights(other, 10)) == 3
     # 16-token blocks: 64 tokens hold 4, 128 hold 8, so B fits twice A; and C saw nothing wait
     rows[1] = dataclasses.replace(rows[1], kv_max_concurrency=44.0)
     rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=6,
@@ -279,12 +343,12 @@ def test_task7_insight_from_the_configs():
     lines = task7.insights(rows, 6)
     assert_says(lines[0], "128 -> 64 tokens", "22x", "44x",
                 branch="took the engine from", not_branch="in whole")
-    assert_says(lines[1], "max_num_seqs=8", "6 of the 6 requests",
+    assert_says(lines[2], "max_num_seqs=8", "6 of the 6 requests",
                 branch="capped nothing", not_branch=("caps the batch", "not observed"))
     # /metrics never answered while C's requests ran (a busy 2-core machine): not observed,
     # never "capped nothing" from a read taken before the load
     rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=0, num_metrics_samples=1)
-    assert_says(task7.insights(rows, 10)[1], "max_num_seqs=8", "1 time(s)",
+    assert_says(task7.insights(rows, 10)[2], "max_num_seqs=8", "1 time(s)",
                 branch="not observed", not_branch=("capped nothing", "caps the batch"))
 
 
@@ -325,3 +389,21 @@ def test_task8_insight_from_the_snapshot():
     # is named, only the cache's share
     assert_says(task8.insight_lines(snap(3, 2, 0.5), None, None)[2], "2 waited", "3 running",
                 "50.0%", not_branch="capped")
+
+
+# --- task 5: the first request and the two clients ---------------------------------------------
+def test_task5_first_request_and_clients_are_judged_by_the_passes():
+    later = Spread(1.46, 1.44, 1.50, 3)
+    assert_says(task5.first_request_note(9.16, later), "9.16 s", "1.44-1.50 s",
+                branch="a warm-up", not_branch="already warm")
+    assert_says(task5.first_request_note(1.47, later), "1.47 s", "1.44-1.50 s",
+                branch="already warm", not_branch="a warm-up")
+    sdk = Spread(1.47, 1.45, 1.52, 3)                       # overlaps 1.44-1.50
+    assert_says(task5.clients_line(later, sdk), "1.46 s", "1.47 s", "3 passes",
+                branch="adds nothing measurable", not_branch=("apart", "one pass"))
+    slow = Spread(2.19, 2.10, 2.30, 3)                      # 2.19 / 1.46 = 1.50x
+    assert_says(task5.clients_line(later, slow), "1.46 s", "2.19 s", "1.50x",
+                branch="apart by more than their passes", not_branch="nothing measurable")
+    one = Spread(1.46, 1.46, 1.46, 1)
+    assert_says(task5.clients_line(one, Spread(1.47, 1.47, 1.47, 1)), branch="one pass each",
+                not_branch=("nothing measurable", "apart by"))

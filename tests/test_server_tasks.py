@@ -7,6 +7,7 @@ checked there too, in tests/test_tasks_6_7.py: a restart costs the same ~30 s on
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -102,6 +103,11 @@ def test_task6_counts_tokens_and_users(tiny_model, port):
     assert ("They agree" if agree else "They DISAGREE") in proc.stdout
     peak = max(lv["tokens_per_s"] for lv in r["levels"])
     assert r["scaling_factor"] == pytest.approx(peak / alone["tokens_per_s"])
+    # the engine core's own step, from the server's /metrics around each level: above zero
+    # and within what the client measured of the same tokens (it is a part of it)
+    for lv in [*r["levels"], r["sequential"]]:
+        assert 0 < lv["engine_itl_s"] <= lv["mean_latency_s"]
+    assert re.search(r"\n +6 +[\d.]+ +\d+ +\d+\n", proc.stdout)       # its table's row
 
 
 def test_the_server_runs_its_worker_in_the_engine_core(port):

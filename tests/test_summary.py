@@ -209,16 +209,19 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
     lines = summary.cross_checks(apart)
     assert "tok/s DISAGREE" in lines[0]
     assert "they DISAGREE, by 2.00x" in lines[1]                   # 29.4 / 14.7
-    # task 9's ratio against task 13's on the same workload
-    nine = SimpleNamespace(engine_over_vllm=1.46)
-    near = summary.cross_checks({"task_9_build_your_own_engine": nine,
-                                 "task_13_compiled_step": SimpleNamespace(
-                                     over_vllm=lambda mode: 1.30)})
-    assert near == [near[0]] and "within the machine's drift" in near[0]
-    far = summary.cross_checks({"task_9_build_your_own_engine": nine,
-                                "task_13_compiled_step": SimpleNamespace(
-                                    over_vllm=lambda mode: 1.04)})
-    assert "1.46x" in far[0] and "1.04x" in far[0] and "more apart than" in far[0]
+    # task 9's ratio (its rounds in turns) against task 13's on the same workload
+    nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3))
+    def with_13(ratio: float) -> list[str]:
+        return summary.cross_checks({"task_9_build_your_own_engine": nine,
+                                     "task_13_compiled_step": SimpleNamespace(
+                                         over_vllm=lambda mode: ratio)})
+    (inside,) = with_13(1.42)
+    assert "task 9 1.46x (1.40-1.50, 3 rounds)" in inside and "1.42x" in inside
+    assert inside.endswith("inside task 9's range.")
+    assert with_13(1.30)[0].endswith("within the machine's drift of each other.")  # 1.46 / 1.30
+    far = with_13(1.04)[0]                                                          # 1.40x
+    assert "1.04x" in far and far.endswith("more apart than the machine's drift; the table's "
+                                           "row is task 9's.")
     assert summary.cross_checks({}) == []                         # nothing ran: no line
 
 
@@ -236,6 +239,30 @@ def test_the_servers_one_user_step_is_task_6s_baseline():
     six.alone = None                                # an older result: the 1-user level
     one, _ = summary.measured_steps({"task_6_multi_user_load": six})
     assert (one.tokens_per_s, one.step_ms) == (14.7, 68.0)
+
+
+def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
+    """Task 6 read vLLM's inter-token latency around each level: the engine core's own step,
+    and the client's TPOT beside it; the difference is the API server, streaming and HTTP."""
+    top = level(20, 300.0, 0.064)
+    top.engine_itl_s = 0.060
+    six = hand.fill(task6.MultiUserLoad, levels=[level(1, 34.0, 0.029), top], scaling_factor=8.8)
+    six.alone = Alone(measure.Spread(34.0, 33.0, 35.0, 3), None, LEVEL, 34.0, 1.47, 0.029,
+                      engine_itl_s=0.025)
+    one, twenty = summary.measured_steps({"task_6_multi_user_load": six})
+    assert (one.core_ms, twenty.core_ms) == (25.0, 60.0)
+    placement = rl.place([one, twenty], rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36)
+    summary.print_server_split(placement)
+    out = " ".join(capsys.readouterr().out.split())
+    # 29.0 - 25.0 = 4.0 ms (14%); 64.0 - 60.0 = 4.0 ms (6%)
+    assert "1 user: the engine core's own step 25.0 ms of the client's 29.0 ms; the API " \
+           "server, streaming and HTTP 4.0 ms (14%)" in out
+    assert "20 users: the engine core's own step 60.0 ms of the client's 64.0 ms" in out
+    assert "4.0 ms (6%)" in out
+    top.engine_itl_s = six.alone.engine_itl_s = None        # an external server: no /metrics
+    summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
+                                        rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
+    assert capsys.readouterr().out == ""
 
 
 def test_a_batch_step_shorter_than_one_requests_is_called_suspect(capsys):

@@ -19,6 +19,7 @@ class Alone(results.Record):
     tokens_per_s: float                      # its median
     latency_s: float | None                  # its median end-to-end latency
     tpot_s: float | None                     # its time per output token
+    engine_itl_s: float | None = None        # the engine core's own, from /metrics
 
     @property
     def agree(self) -> bool:
@@ -35,13 +36,14 @@ def alone_of(one_user: list[load.LoadLevel], sequential: load.LoadLevel | None) 
     level = measure.Spread.of(lv.tokens_per_s for lv in one_user)
     median_pass = one_user[measure.median_index([lv.tokens_per_s for lv in one_user])]
     alone = Alone(level, None, LEVEL, level.median, median_pass.mean_latency_s,
-                  median_pass.mean_tpot_s)
+                  median_pass.mean_tpot_s, median_pass.engine_itl_s)
     if sequential is not None and len(sequential.ok) >= 2:
         alone.sequential = measure.Spread.of(r.output_tokens / r.latency_s for r in sequential.ok)
         if not alone.agree and alone.sequential.num_passes > level.num_passes:
             alone.used, alone.tokens_per_s = SEQUENTIAL, alone.sequential.median
             alone.latency_s = statistics.median(r.latency_s for r in sequential.ok)
             alone.tpot_s = statistics.median(r.tpot_s for r in sequential.ok)
+            alone.engine_itl_s = sequential.engine_itl_s
     return alone
 
 

@@ -26,14 +26,14 @@ the comparisons (quality.py), vLLM's server runs (vllm_side.py), the record and 
 """
 from __future__ import annotations
 
-from common import cli, figures, report, results, server, settings
+from common import cli, figures, measure, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text, templated
 from lessons.task_14 import quality as q
 from lessons.task_14 import vllm_side
 from lessons.task_14.figure import draw_quantized_kv
-from lessons.task_14.record import (Capacity, Quality, QuantizedKV, Settings, label,
-                                    summary_row)
+from lessons.task_14.record import (Capacity, Quality, QuantizedKV, Settings, Throughput,
+                                    label, summary_row)
 from lessons.task_14.report import print_report, print_run_info
 from mini_engine import Llama
 from mini_engine.engine import eos_token_ids
@@ -155,7 +155,8 @@ def capacities(model, eos, s: Settings) -> list[Capacity]:
 
 # --- parts 2-3, mini_engine -----------------------------------------------------------------------
 def measure_engine(model, eos, prompts, passage, load_prompts, s: Settings, dtype: str, progress):
-    """(reference perplexity, reference empty answers, qualities, throughputs) of mini_engine."""
+    """(reference perplexity, reference empty and stuck answers, qualities, throughputs) of
+    mini_engine."""
     base = ("auto", "token")
     answers = {kv: q.greedy_answers(model, eos, prompts, s.max_tokens, kv, s.page_tokens,
                                     s.kv_cache_bytes) for kv in [base, *MINI_FORMATS]}
@@ -164,20 +165,39 @@ def measure_engine(model, eos, prompts, passage, load_prompts, s: Settings, dtyp
     qualities = [quality_of("mini_engine", label(*kv, dtype), eos, answers[base], answers[kv],
                             logprobs[base], logprobs[kv]) for kv in MINI_FORMATS]
     progress("Part 3: mini_engine, the model's dtype, then fp8...")
-    runs = [q.load_run(model, eos, kv, label(*kv, dtype), load_prompts, s.load_tokens,
-                       s.load_kv_bytes, s.page_tokens, s.load_requests)
-            for kv in (base, ("fp8", "token"))]
+    runs = load_in_turns(model, eos, [base, ("fp8", "token")], dtype, load_prompts, s)
     return (q.perplexity(logprobs[base]), sum(q.is_empty(a, eos) for a in answers[base]),
-            qualities, runs)
+            sum(q.is_stuck(a) for a in answers[base]), qualities, runs)
+
+
+def load_in_turns(model, eos, formats: list[tuple[str, str]], dtype: str, load_prompts,
+                  s: Settings, passes: int = measure.PASSES) -> list[Throughput]:
+    """Part 3's load in each format, the formats taking turns for `passes` passes; each keeps
+    its median pass by tokens/s, with every pass's tokens/s beside it."""
+    found: list[list[Throughput]] = [[] for _ in formats]
+    for _ in range(passes):
+        for runs, kv in zip(found, formats):
+            runs.append(q.load_run(model, eos, kv, label(*kv, dtype), load_prompts,
+                                   s.load_tokens, s.load_kv_bytes, s.page_tokens,
+                                   s.load_requests))
+    median = []
+    for runs in found:
+        tps = [t.tokens_per_s for t in runs]
+        run = runs[measure.median_index(tps)]
+        run.tokens_per_s_spread = measure.Spread.of(tps)
+        median.append(run)
+    return median
 
 
 def quality_of(engine: str, name: str, eos, base_answers, answers, base_logprobs,
                logprobs) -> Quality:
     """One format against the model's dtype, in the same engine."""
     firsts = [q.first_difference(a, b) for a, b in zip(base_answers, answers)]
+    # each token's change kept (to 1e-5, far below the 0.01s the report reads) for its spread
     return Quality(engine, name, sum(f is None for f in firsts), firsts,
                    sum(q.is_empty(a, eos) for a in answers), sum(q.is_stuck(a) for a in answers),
-                   q.mean_abs_change(base_logprobs, logprobs), q.perplexity(logprobs))
+                   q.mean_abs_change(base_logprobs, logprobs), q.perplexity(logprobs),
+                   [round(b - a, 5) for a, b in zip(base_logprobs, logprobs, strict=True)])
 
 
 # --- parts 1-3, vLLM ------------------------------------------------------------------------------
@@ -219,6 +239,7 @@ def measure_vllm_dtype(model_choice, dtype: str, kv_dtype: str, eos, prompts, pa
         base += [answers, logprobs]
         record.reference_perplexity["vLLM"] = q.perplexity(logprobs)
         record.reference_empty["vLLM"] = sum(q.is_empty(a, eos) for a in answers)
+        record.reference_stuck["vLLM"] = sum(q.is_stuck(a) for a in answers)
     else:
         record.quality.append(quality_of("vLLM", name, eos, base[0], answers, base[1],
                                          logprobs))
@@ -254,10 +275,10 @@ def main(argv: list[str] | None = None) -> QuantizedKV:
     progress("Parts 1-2: mini_engine, each KV cache format...")
     model, eos = Llama(model_choice.path, dtype.dtype), eos_token_ids(model_choice.path)
     record = QuantizedKV(s, capacities(model, eos, s), {}, {}, header=header)
-    perplexity, empty, qualities, runs = measure_engine(model, eos, prompts, passage,
-                                                        load_prompts, s, dtype.dtype, progress)
-    record.reference_perplexity["mini_engine"], record.reference_empty["mini_engine"] = (
-        perplexity, empty)
+    perplexity, empty, stuck, qualities, runs = measure_engine(
+        model, eos, prompts, passage, load_prompts, s, dtype.dtype, progress)
+    record.reference_perplexity["mini_engine"] = perplexity
+    record.reference_empty["mini_engine"], record.reference_stuck["mini_engine"] = empty, stuck
     record.quality, record.throughput = qualities, runs
     del model
     if s.is_vllm_measured:

@@ -6,10 +6,13 @@ real model in the lab's quick run (the last test here), as every server test of 
 Counts are asserted, never times."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import task_14_quantized_kv as task14
 from common import figures, results, steps
+from common.measure import Spread
 from lessons.task_14 import report as task_14_report
 from lessons.task_14.record import QuantizedKV, summary_row
 from tests.conftest import assert_fits
@@ -48,29 +51,162 @@ def test_the_summary_row():
 
 def test_the_insight_says_what_the_figures_show():
     lines = task_14_report.insight(hand_result())
-    assert len(lines) == 3
+    assert len(lines) == 5                                             # at most five bullets
     # 364 x 32 = 11,648 and 353 x 32 = 11,296 against 182 x 32 = 5,824: 2.00x and 1.94x; the
     # scales 11,880 - 11,520 = 360 B
     assert_says(lines[0], "128 MiB", "11,648", "11,296", "5,824", "bfloat16", "2.00x", "1.94x",
                 "360 B", "11,880")
-    assert_says(lines[1], "4 of 8", "0.060", "1 of 8", "0.250", "1 of 8", "0.270", "3 empty",
-                branch="was better", not_branch="not better")
-    assert_says(lines[2], "16 prompts of 200 tokens", "16 MiB", "2 at once", "bfloat16",
-                "4 in 8 bits", "2.00x", "0.80x", branch="slower in 8 bits")
+    # the hand record saves no per-token changes: nothing to tell the two scales apart with;
+    # 4 against 1 kept: 3 prompts only the token scale kept, too few for a sign test
+    assert_says(lines[1], "0.060", "0.250", "4 and 1 of 8",
+                branch=("no per-token changes saved", "cannot tell apart"),
+                not_branch=("less with", "more with", "stuck"))
+    assert_says(lines[2], "bfloat16 18.90", "fp8 token 19.20", "fp8 layer 24.10",
+                branch="no per-token changes saved", not_branch=("lower", "higher"))
+    assert_says(lines[3], "1 of 8", "0.270", "3 answers empty", "1 in bfloat16", "18.95",
+                "24.50", not_branch=("lower", "higher", "stuck"))
+    assert_says(lines[4], "16 prompts of 200 tokens", "16 MiB", "2 at once", "bfloat16",
+                "4 in 8 bits", "2.00x", "0.80x", branch="one pass each",
+                not_branch=("slower", "faster"))
+
+
+# --- the KEY INSIGHT's verdicts, each with figures made up to choose it and to choose the other --
+def with_changes(q, changes: list[float], reference_perplexity: float) -> None:
+    """q's per-token changes of log p, and the two figures that follow from them, as the task
+    computes them: the mean |change| and the perplexity (the reference's times exp(-mean))."""
+    q.logprob_changes = changes
+    q.mean_abs_logprob_change = sum(abs(x) for x in changes) / len(changes)
+    q.perplexity = reference_perplexity * math.exp(-sum(changes) / len(changes))
+
+
+def scales(record):
+    return (record.quality_of("mini_engine", "fp8 token"),
+            record.quality_of("mini_engine", "fp8 layer"))
+
+
+def test_the_finer_scale_told_apart_when_every_token_says_so():
+    """|change| 0.113 against 0.145 token by token (0.103/0.123 against 0.135/0.155): the gap
+    -0.032 on every token, no spread: a verdict; turned round, the other verdict."""
+    record = hand_result()
+    fine, coarse = scales(record)
+    with_changes(fine, [0.103, -0.123] * 32, 18.90)
+    with_changes(coarse, [0.135, -0.155] * 32, 18.90)
+    assert_says(task_14_report.scale_line(record), "0.113", "0.145", "-0.032 +/- 0.000",
+                branch="less with a scale a token",
+                not_branch=("more with a scale a token", "cannot tell apart (", "no per-token"))
+    fine.logprob_changes, coarse.logprob_changes = coarse.logprob_changes, fine.logprob_changes
+    fine.mean_abs_logprob_change, coarse.mean_abs_logprob_change = 0.145, 0.113
+    assert_says(task_14_report.scale_line(record), "0.145", "0.113", "+0.032 +/- 0.000",
+                branch="more with a scale a token",
+                not_branch=("less with a scale a token", "cannot tell apart ("))
+
+
+def test_the_finer_scale_not_told_apart_within_the_passages_spread():
+    """The issue's run: 0.113 against 0.145, 2 and 2 of 8 kept, the one stuck answer the finer
+    scale's. Per token 0/0.226 against 0.290/0: a gap of -0.032 whose 64 tokens spread it by
+    +/-0.258 (2 x 0.258 / 8 = 0.065): no verdict on either figure, and the stuck answer named."""
+    record = hand_result()
+    fine, coarse = scales(record)
+    with_changes(fine, [0.0, 0.226] * 32, 24.78)
+    with_changes(coarse, [0.290, 0.0] * 32, 24.78)
+    fine.num_identical, fine.first_differences = 2, [None, None, 3, 4, 5, 6, 7, 8]
+    coarse.num_identical, coarse.first_differences = 2, [None, 2, None, 4, 5, 6, 7, 8]
+    fine.num_stuck = 1
+    line = task_14_report.scale_line(record)
+    assert_says(line, "0.113", "0.145", "-0.032 +/- 0.065", "2 and 2 of 8",
+                "1 with a scale a token", "0 with one a layer", "0 in bfloat16",
+                branch=("a difference the passage cannot tell apart", "8 prompts cannot tell",
+                        "stuck in a loop"),
+                not_branch=("less with", "more with", "beyond chance"))
+    fine.num_stuck = 0                                             # none stuck: nothing said
+    assert_says(task_14_report.scale_line(record), "2 and 2 of 8", not_branch="stuck")
+    record.reference_stuck["mini_engine"] = 1                      # the model's dtype's own
+    assert_says(task_14_report.scale_line(record), "0 with a scale a token", "1 in bfloat16",
+                branch="stuck in a loop")
+
+
+def test_the_answers_kept_told_apart_only_by_a_one_sided_split():
+    """6 prompts kept by the token scale alone and none by the layer's: a sign test's 2/64 =
+    0.031, under 0.05; 6 against 1 (2 x 8/128 = 0.125) is not."""
+    record = hand_result()
+    fine, coarse = scales(record)
+    fine.num_identical, fine.first_differences = 7, [None] * 7 + [3]
+    coarse.num_identical, coarse.first_differences = 1, [None] + [0] * 7
+    assert_says(task_14_report.scale_line(record), "7 and 1 of 8",
+                branch="more with a scale a token, beyond chance",
+                not_branch=("cannot tell apart", "more with one a layer"))
+    fine.first_differences, coarse.first_differences = (coarse.first_differences,
+                                                        fine.first_differences)
+    fine.num_identical, coarse.num_identical = 1, 7
+    assert_says(task_14_report.scale_line(record), "1 and 7 of 8",
+                branch="more with one a layer, beyond chance",
+                not_branch=("cannot tell apart", "more with a scale a token"))
+    fine.first_differences = [None] * 6 + [3, 3]                   # 6 alone, 1 alone: a chance
+    coarse.first_differences = [4] * 6 + [None, 4]
+    fine.num_identical, coarse.num_identical = 6, 1
+    assert_says(task_14_report.scale_line(record), "6 and 1 of 8",
+                branch="which 8 prompts cannot tell apart", not_branch="beyond chance")
+
+
+def test_a_perplexity_move_said_where_the_passage_tells_it():
+    """The issue's run: mini_engine's fp8 24.78 -> 23.97 (log p up 0.0332 a token) and vLLM's
+    24.68 -> 27.88 (down 0.1219); with every token moved alike, a verdict each way; with the
+    same means spread +/-0.5 over 64 tokens (margin 0.125), none."""
+    record = hand_result()
+    record.reference_perplexity = {"mini_engine": 24.78, "vLLM": 24.68}
+    fine, coarse = scales(record)
+    theirs = record.quality_of("vLLM", "fp8 layer")
+    up, down = math.log(24.78 / 23.97), -math.log(27.88 / 24.68)
+    with_changes(fine, [up + 0.01, up - 0.01] * 32, 24.78)
+    with_changes(coarse, [0.5 + up, -0.5 + up] * 32, 24.78)
+    with_changes(theirs, [down + 0.02, down - 0.02] * 32, 24.68)
+    assert_says(task_14_report.perplexity_line(record), "bfloat16 24.78", "fp8 token 23.97",
+                "+0.033 +/- 0.003", "fp8 layer 23.97", "+0.033 +/- 0.126",
+                branch=("lower (", "the same as far as the passage tells"), not_branch="higher")
+    assert_says(task_14_report.vllm_line(record), "bfloat16 24.68", "fp8 layer 27.88",
+                "-0.122 +/- 0.005", branch="higher (", not_branch=("lower", "the same as"))
+    with_changes(theirs, [down + 0.5, down - 0.5] * 32, 24.68)     # the same mean, spread
+    assert_says(task_14_report.vllm_line(record), "27.88", "-0.122 +/- 0.126",
+                branch="the same as far as the passage tells", not_branch=("higher", "lower"))
+    with_changes(fine, [-up + 0.01, -up - 0.01] * 32, 24.78)       # turned round: it rose
+    assert_says(task_14_report.perplexity_line(record), "fp8 token 25.62", "-0.033 +/- 0.003",
+                branch="higher (", not_branch="lower")
+
+
+def test_the_throughput_is_judged_by_its_passes_in_turns():
+    """mini_engine's 8-bit speed-up: faster or slower only where every pairing of the two
+    formats' passes says so; the summary row carries the range."""
+    record = hand_result()
+    base, fp8 = record.throughput[:2]                   # 100 and 200 tok/s: 2.00x
+    base.tokens_per_s_spread = Spread(100.0, 95.0, 105.0, 3)
+    fp8.tokens_per_s_spread = Spread(200.0, 190.0, 210.0, 3)     # 190 / 105 = 1.81, 210 / 95
+    line = task_14_report.throughput_line(record)
+    assert_says(line, "2.00x", "(1.81-2.21 from the passes in turns", "faster in 8 bits",
+                "vLLM", "one pass each: a server a format",
+                not_branch=("not told apart", "slower", "no spread to judge by"))
+    assert "2.00x tok/s (1.81-2.21)" in summary_row(record)
+    fp8.tokens_per_s_spread = Spread(200.0, 90.0, 210.0, 3)      # 90 / 105 = 0.86: spans 1
+    assert_says(task_14_report.throughput_line(record), "(0.86-2.21",
+                branch="not told apart", not_branch=("faster in 8", "slower in 8"))
+    base.tokens_per_s_spread = None                              # one pass: no range
+    assert_says(task_14_report.throughput_line(record), "2.00x",
+                branch="no spread to judge by", not_branch=("not told apart", "faster in 8"))
+    assert "2.00x tok/s," in summary_row(record)
 
 
 def test_the_insight_changes_when_the_figures_do():
     record = hand_result()
-    record.quality[1].mean_abs_logprob_change = 0.3                 # token worse than layer
+    record.quality[4].num_stuck = 2                                 # vLLM's fp8: 2 stuck
     record.throughput[3].seconds = 3.2                              # vLLM 240 / 200 = 1.20x
     lines = task_14_report.insight(record)
-    assert_says(lines[1], "0.300", "0.250", branch="not better", not_branch="was better")
-    assert_says(lines[2], "2.00x", "1.20x", not_branch="slower")
+    assert_says(lines[3], "1 of 8", "2 with fp8", "0 in bfloat16", branch="stuck in a loop")
+    assert_says(lines[4], "2.00x", "1.20x", branch="one pass each", not_branch="slower")
     record.quality = [q for q in record.quality if q.engine == "mini_engine"]   # --no-vllm
     record.throughput = record.throughput[:2]
+    record.reference_perplexity.pop("vLLM")
     lines = task_14_report.insight(record)
-    assert_says(lines[1], "0.300", not_branch="vLLM's fp8 kept")
-    assert_says(lines[2], "2.00x", not_branch="vLLM")
+    assert len(lines) == 4 and not any("vLLM's fp8" in line for line in lines)
+    assert_says(lines[3], "2.00x", not_branch="vLLM 0")
 
 
 def test_the_report_prints_every_part(capsys):
@@ -90,6 +226,27 @@ def test_the_figure_reads_well():
     figures.plt().close("all")
 
 
+def test_one_colour_is_one_format_on_every_panel():
+    """The figure's bars, panel by panel: each format one colour and each colour one format,
+    the engine told by the hatch (vLLM's), and the cost panel's title naming what it plots."""
+    record = hand_result()
+    fig = task14.FIGURES[0][1](record)
+    capacity, cost, gain = fig.axes[:3]
+    rows = ([("mini_engine", c.name) for c in record.capacity]
+            + [(q.engine, q.name) for q in record.quality]
+            + [(t.engine, t.name) for t in record.throughput])
+    drawn = [bar for ax in (capacity, cost, gain) for bar in ax.patches]
+    assert len(drawn) == len(rows) == 4 + 6 + 4
+    colours: dict[str, set] = {}
+    for (engine, name), bar in zip(rows, drawn):
+        colours.setdefault(name, set()).add(bar.get_facecolor())
+        assert bool(bar.get_hatch()) == (engine == "vLLM"), (engine, name)
+    assert all(len(c) == 1 for c in colours.values()), colours          # a format, one colour
+    assert len({c for cs in colours.values() for c in cs}) == len(colours)   # a colour, one
+    assert "log-probabilities" in cost.get_title() and "log p" in cost.get_ylabel()
+    figures.plt().close("all")
+
+
 def test_task_14_on_the_tiny_model(tiny_model, capsys):
     """mini_engine's side end to end (fp32): the pages each engine made are the arithmetic's,
     every format ran, part 3's 8-bit cache held more tokens than fp32's."""
@@ -105,6 +262,14 @@ def test_task_14_on_the_tiny_model(tiny_model, capsys):
     assert [q.name for q in record.quality] == ["fp8 layer", "fp8 token", "fp8_e5m2 layer",
                                                 "fp8_e5m2 token"]
     assert all(len(q.first_differences) == 4 for q in record.quality)
+    # each passage token's change saved, the mean |change| and the perplexity following from it
+    for q in record.quality:
+        assert len(q.logprob_changes) == s.passage_tokens - 1
+        assert q.mean_abs_logprob_change == pytest.approx(
+            sum(map(abs, q.logprob_changes)) / len(q.logprob_changes), abs=1e-4)
+        assert q.perplexity == pytest.approx(record.reference_perplexity["mini_engine"] * math.exp(
+            -sum(q.logprob_changes) / len(q.logprob_changes)), rel=1e-3)
+    assert set(record.reference_stuck) == {"mini_engine"}
     base, fp8 = record.throughput
     assert base.num_tokens == fp8.num_tokens == 6 * 16                  # EOS held off
     assert fp8.capacity_tokens > base.capacity_tokens

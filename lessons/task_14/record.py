@@ -1,12 +1,20 @@
 """Task 14's record (task_14_quantized_kv.py saves it as results/task_14_quantized_kv.json). A KV
 cache format is named by its dtype and, for 8 bits, where its scales live: "bf16", "fp32",
 "fp8 layer" (one scale a layer, 1.0: vLLM's), "fp8 token" (one a token, K/V and head: computed
-when written), and the same for fp8_e5m2. summary_row is the summary table's cell."""
+when written), and the same for fp8_e5m2. summary_row is the summary table's cell.
+
+What the run can tell apart: the passage is read once and deterministically, so its spread is
+over its tokens: a mean change is told apart from another (or from none) when the two differ by
+more than twice the standard error of their per-token difference (shift, change_gap). Greedy
+answers are told apart by a sign test on the prompts only one of two formats kept
+(answers_told_apart): with 8 prompts that takes 6 such prompts, all one way."""
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 
-from common import results
+from common import measure, results
 
 
 def label(kv_cache_dtype: str, kv_scale: str, model_dtype: str) -> str:
@@ -61,6 +69,13 @@ class Quality(results.Record):
     num_stuck: int                  # answers whose last 12 tokens repeat a cycle of 1-4 tokens
     mean_abs_logprob_change: float  # teacher-forced passage: mean |log p - log p (model dtype)|
     perplexity: float               # of the passage, through this cache
+    logprob_changes: list[float] = field(default_factory=list)   # per passage token: log p -
+                                    # log p (model dtype), the spread of the two figures above
+
+    @property
+    def kept(self) -> list[bool]:
+        """Per prompt: the answer identical to the model's dtype's."""
+        return [f is None for f in self.first_differences]
 
 
 @dataclass
@@ -74,6 +89,7 @@ class Throughput(results.Record):
     num_tokens: int
     seconds: float
     mean_tpot_s: float | None       # time per output token after the first
+    tokens_per_s_spread: measure.Spread | None = None   # every pass's, where this is the median
 
     @property
     def tokens_per_s(self) -> float:
@@ -89,6 +105,8 @@ class QuantizedKV(results.Result):
     quality: list[Quality] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)
     vllm_skipped: str | None = None              # why vLLM's side, or part of it, did not run
+    reference_stuck: dict[str, int] = field(default_factory=dict)   # engine -> stuck answers,
+                                                                    # model dtype
 
     def capacity_of(self, name: str) -> Capacity:
         return next(c for c in self.capacity if c.name == name)
@@ -103,6 +121,63 @@ class QuantizedKV(results.Result):
             return None
         return runs[1].tokens_per_s / runs[0].tokens_per_s
 
+    def speedup_range(self, engine: str) -> tuple[float, float] | None:
+        """The speed-up from the ends of the two formats' passes (slowest 8-bit pass over the
+        fastest base one, and the other way); None where either ran one pass."""
+        runs = [t for t in self.throughput if t.engine == engine][:2]
+        if len(runs) < 2 or not all(t.tokens_per_s_spread for t in runs):
+            return None
+        base, fp8 = (t.tokens_per_s_spread for t in runs)
+        return fp8.low / base.high, fp8.high / base.low
+
+
+# --- what the run can tell apart ------------------------------------------------------------------
+MARGIN_SE = 2           # a mean told apart beyond 2 standard errors (about 95 % for many tokens)
+SIGN_TEST_P = 0.05      # answers told apart where a sign test says this little of chance
+
+
+@dataclass
+class Shift:
+    """A mean over the passage's tokens and its margin (MARGIN_SE standard errors of it)."""
+    mean: float
+    margin: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Shift | None":
+        """None without at least two values: nothing to tell apart with."""
+        if len(values) < 2:
+            return None
+        return cls(statistics.fmean(values),
+                   MARGIN_SE * statistics.stdev(values) / math.sqrt(len(values)))
+
+    @property
+    def is_told_apart(self) -> bool:
+        """Farther from zero than its margin: the passage tells it from no difference."""
+        return abs(self.mean) > self.margin
+
+
+def shift(q: Quality) -> Shift | None:
+    """The mean change of the passage's log-probabilities, signed: below zero, the cache made the
+    text less likely (its perplexity is the model dtype's times exp(-mean))."""
+    return Shift.of(q.logprob_changes)
+
+
+def change_gap(a: Quality, b: Quality) -> Shift | None:
+    """a's |change| minus b's, token by token: below zero, a changed the passage less."""
+    if not a.logprob_changes or len(a.logprob_changes) != len(b.logprob_changes):
+        return None
+    return Shift.of([abs(x) - abs(y) for x, y in zip(a.logprob_changes, b.logprob_changes)])
+
+
+def answers_told_apart(a: Quality, b: Quality) -> bool:
+    """A two-sided sign test on the prompts whose answer one of a and b kept and the other did
+    not: told apart when so one-sided a split is less likely than SIGN_TEST_P by chance."""
+    only_a = sum(x and not y for x, y in zip(a.kept, b.kept))
+    only_b = sum(y and not x for x, y in zip(a.kept, b.kept))
+    n = only_a + only_b
+    tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1)) / 2 ** n
+    return n > 0 and min(1.0, 2 * tail) < SIGN_TEST_P
+
 
 def summary_row(r: QuantizedKV) -> str:
     """The summary's cell: capacity, and what 8 bits bought and cost in mini_engine."""
@@ -110,7 +185,9 @@ def summary_row(r: QuantizedKV) -> str:
     q = r.quality_of("mini_engine", "fp8 token")
     parts = [f"{fine.pages / base.pages:.2f}x tokens"]
     if r.speedup("mini_engine"):
-        parts.append(f"{r.speedup('mini_engine'):.2f}x tok/s")
+        ends = r.speedup_range("mini_engine")
+        parts.append(f"{r.speedup('mini_engine'):.2f}x tok/s"
+                     + (f" ({ends[0]:.2f}-{ends[1]:.2f})" if ends else ""))
     if q:
         parts.append(f"{q.num_identical}/{r.settings.num_prompts} answers same")
     return ", ".join(parts)

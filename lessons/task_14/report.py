@@ -4,7 +4,8 @@ figures it states. Printing only, from the record (lessons/task_14/record.py).""
 from __future__ import annotations
 
 from common import report
-from lessons.task_14.record import QuantizedKV
+from lessons.task_14.record import (Quality, QuantizedKV, Shift, answers_told_apart,
+                                    change_gap, shift)
 
 MIB = 1 << 20
 SHORT = {"mini_engine": "mini", "vLLM": "vLLM"}       # the tables' engine names
@@ -52,7 +53,8 @@ def print_quality(r: QuantizedKV) -> None:
                    ",".join("-" if f is None else str(f) for f in x.first_differences),
                    x.num_empty, f"{x.mean_abs_logprob_change:.3f}",
                    f"{x.perplexity:.2f}") for x in r.quality], [20, 5, 18, 6, 8, 8])
-    stuck = [f"{SHORT[x.engine]} {x.name} {x.num_stuck}" for x in r.quality if x.num_stuck]
+    stuck = [f"{SHORT[e]} {r.capacity[0].name} {n}" for e, n in r.reference_stuck.items() if n]
+    stuck += [f"{SHORT[x.engine]} {x.name} {x.num_stuck}" for x in r.quality if x.num_stuck]
     refs = ", ".join(f"{e} {p:.2f} ({r.reference_empty[e]} empty)"
                      for e, p in r.reference_perplexity.items())
     report.note(f"Greedy answers of {s.num_prompts} prompts, each against the same engine's "
@@ -60,7 +62,10 @@ def print_quality(r: QuantizedKV) -> None:
                 "identical). Empty: EOS first. Stuck (the last 12 tokens a cycle of 1-4): "
                 f"{', '.join(stuck) if stuck else 'none'}. "
                 f"|dlogp|: the mean change of the passage's {s.passage_tokens - 1} "
-                f"log-probabilities; ppl: its perplexity. The model's dtype: perplexity {refs}.")
+                f"log-probabilities; ppl: its perplexity. The model's dtype: perplexity {refs}. "
+                "Told apart (KEY INSIGHT): a mean over the passage's tokens, beyond twice its "
+                "standard error; answers kept, by a sign test on the prompts that one format "
+                "kept and the other did not.")
     if r.vllm_skipped:
         report.note(r.vllm_skipped)
 
@@ -82,7 +87,10 @@ def print_throughput(r: QuantizedKV) -> None:
                 f"in {s.kv_read}.")
     for engine in ("mini_engine", "vLLM"):
         if r.speedup(engine):
-            report.row(f"{engine}, 8 bits", f"{r.speedup(engine):.2f}x tokens/s")
+            ends = r.speedup_range(engine)
+            how = (f" ({ends[0]:.2f}-{ends[1]:.2f} from the ends of the passes in turns)"
+                   if ends else " (one pass each)")
+            report.row(f"{engine}, 8 bits", f"{r.speedup(engine):.2f}x tokens/s{how}")
 
 
 def capacity_line(r: QuantizedKV) -> str:
@@ -96,25 +104,91 @@ def capacity_line(r: QuantizedKV) -> str:
             f"{token.bytes_per_token:,}")
 
 
-def quality_line(r: QuantizedKV) -> str | None:
-    """What the finer scale changed in mini_engine, against vLLM's per-layer scale."""
+def margin_text(gap: Shift) -> str:
+    """'+0.032 +/- 0.020 a token': a mean over the passage's tokens, with its margin."""
+    return f"{gap.mean:+.3f} +/- {gap.margin:.3f} a token"
+
+
+def gap_text(gap: Shift | None, less: str, more: str) -> str:
+    """A difference of means told apart (less or more) or not, its margin beside it."""
+    if gap is None:
+        return "no per-token changes saved to tell them apart"
+    if not gap.is_told_apart:
+        return f"a difference the passage cannot tell apart ({margin_text(gap)})"
+    return f"{less if gap.mean < 0 else more} ({margin_text(gap)})"
+
+
+def stuck_text(r: QuantizedKV, engine: str, rows) -> str:
+    """'; answers stuck in a loop: 1 with a scale a token, 0 ...' where any of rows' answers or
+    the model dtype's was stuck, else nothing. rows: (what to call it, Quality)."""
+    counts = [(f"with {name}", q.num_stuck) for name, q in rows]
+    counts.append((f"in {r.capacity[0].name}", r.reference_stuck.get(engine, 0)))
+    if not any(n for _, n in counts):
+        return ""
+    return "; answers stuck in a loop: " + ", ".join(f"{n} {where}" for where, n in counts)
+
+
+def scale_line(r: QuantizedKV) -> str | None:
+    """mini_engine's fp8 with a scale a token against one a layer (vLLM's): the passage's change,
+    the answers kept and any stuck, each compared as far as the run tells them apart."""
     n = r.settings.num_prompts
     fine, coarse = r.quality_of("mini_engine", "fp8 token"), r.quality_of("mini_engine",
                                                                           "fp8 layer")
     if not fine or not coarse:
         return None
-    better = (round(fine.mean_abs_logprob_change, 3)             # as printed
-              < round(coarse.mean_abs_logprob_change, 3))
-    line = (f"In mini_engine, fp8 with a scale a token kept {fine.num_identical} of {n} greedy "
-            f"answers and changed the passage's log-probabilities by "
-            f"{fine.mean_abs_logprob_change:.3f} on average; with one scale a layer, 1.0 as "
-            f"vLLM's, {coarse.num_identical} of {n} and {coarse.mean_abs_logprob_change:.3f}: "
-            + ("the finer scale was better" if better else "the finer scale was not better"))
+    if answers_told_apart(fine, coarse):
+        answers = ("more with a scale a token" if fine.num_identical > coarse.num_identical
+                   else "more with one a layer") + ", beyond chance (a sign test)"
+    else:
+        answers = f"which {n} prompts cannot tell apart"
+    return (f"In mini_engine's fp8, a scale a token against one a layer (1.0, as vLLM's): the "
+            f"passage's log-probabilities changed by {fine.mean_abs_logprob_change:.3f} against "
+            f"{coarse.mean_abs_logprob_change:.3f} on average, "
+            + gap_text(change_gap(fine, coarse), "less with a scale a token",
+                       "more with a scale a token")
+            + f"; greedy answers kept: {fine.num_identical} and {coarse.num_identical} of {n}, "
+            + answers
+            + stuck_text(r, "mini_engine", [("a scale a token", fine),
+                                            ("one a layer", coarse)]))
+
+
+def perplexity_text(q: Quality) -> str:
+    """'fp8 token 23.97, lower (+0.033 +/- 0.020 a token)': the passage's perplexity through
+    this cache, and whether it moved beyond what the passage tells apart."""
+    move = shift(q)
+    if move is None:
+        verdict = "no per-token changes saved to tell it apart"
+    elif move.is_told_apart:   # log p up is perplexity down
+        verdict = ("lower" if move.mean > 0 else "higher") + f" (log p {margin_text(move)})"
+    else:
+        verdict = f"the same as far as the passage tells (log p {margin_text(move)})"
+    return f"{q.name} {q.perplexity:.2f}, {verdict}"
+
+
+def perplexity_line(r: QuantizedKV) -> str | None:
+    """The passage's perplexity in mini_engine, the model's dtype against each fp8 scale."""
+    rows = [x for x in (r.quality_of("mini_engine", "fp8 token"),
+                        r.quality_of("mini_engine", "fp8 layer")) if x]
+    if not rows or "mini_engine" not in r.reference_perplexity:
+        return None
+    return (f"mini_engine's perplexity of the passage: {r.capacity[0].name} "
+            f"{r.reference_perplexity['mini_engine']:.2f}; "
+            + "; ".join(perplexity_text(x) for x in rows))
+
+
+def vllm_line(r: QuantizedKV) -> str | None:
+    """vLLM's fp8 (its scale a layer, 1.0) against its own model dtype."""
     theirs = r.quality_of("vLLM", "fp8 layer")
-    if theirs:
-        line += (f". vLLM's fp8 kept {theirs.num_identical} of {n}, "
-                 f"{theirs.mean_abs_logprob_change:.3f}, {theirs.num_empty} empty")
-    return line
+    if not theirs or "vLLM" not in r.reference_perplexity:
+        return None
+    base = r.capacity[0].name
+    return (f"vLLM's fp8 (one scale a layer, 1.0): {theirs.num_identical} of "
+            f"{r.settings.num_prompts} greedy answers kept, log-probabilities changed by "
+            f"{theirs.mean_abs_logprob_change:.3f}, {theirs.num_empty} answers empty against "
+            f"{r.reference_empty.get('vLLM', 0)} in {base}"
+            + stuck_text(r, "vLLM", [("fp8", theirs)])
+            + f"; perplexity {base} {r.reference_perplexity['vLLM']:.2f}, "
+            + perplexity_text(theirs))
 
 
 def throughput_line(r: QuantizedKV) -> str | None:
@@ -127,15 +201,24 @@ def throughput_line(r: QuantizedKV) -> str | None:
             f"{s.load_kv_bytes // MIB} MiB, "
             f"mini_engine ran {base.max_running} at once in {base.name} and {fp8.max_running} "
             f"in 8 bits: {mine:.2f}x tokens/s")
+    ends = r.speedup_range("mini_engine")
+    if ends is None:      # one pass each: no spread, and the machine drifts by a fifth
+        line += " (one pass each way, no spread to judge by)"
+    elif ends[0] > 1 or ends[1] < 1:
+        line += (f" ({ends[0]:.2f}-{ends[1]:.2f} from the passes in turns: "
+                 f"{'faster' if ends[0] > 1 else 'slower'} in 8 bits, in every pairing)")
+    else:
+        line += (f" ({ends[0]:.2f}-{ends[1]:.2f} from the passes in turns: not told apart "
+                 f"from the same speed)")
     theirs = r.speedup("vLLM")
     if theirs is not None:
-        line += f"; vLLM {theirs:.2f}x" + (", slower in 8 bits on this CPU"
-                                            if round(theirs, 2) < 1 else "")
+        line += f"; vLLM {theirs:.2f}x (one pass each: a server a format)"
     return line
 
 
 def insight(r: QuantizedKV) -> list[str]:
-    return [line for line in (capacity_line(r), quality_line(r), throughput_line(r)) if line]
+    return [line for line in (capacity_line(r), scale_line(r), perplexity_line(r), vllm_line(r),
+                              throughput_line(r)) if line]
 
 
 def print_report(r: QuantizedKV) -> None:

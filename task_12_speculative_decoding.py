@@ -1,14 +1,13 @@
 """Task 12: Guess, then check - speculative decoding (n-gram prompt lookup), built in mini_engine
 and measured in vLLM.
 
-The source's one request got almost nothing from vLLM (1.1x): a decode step reads every weight of
-the model to make one token, and on a CPU that step costs about the same for 1 row as for a few.
-Speculative decoding spends the idle rows: guess the next k tokens cheaply, compute the request's
-last token and its k guesses in one forward, keep the guesses the model agrees with (greedy:
-those equal to its argmax) and one token of its own. A request gains 1 to k + 1 tokens a step, and
-greedy output is unchanged, token for token. The guesses here need no draft model: vLLM's `ngram`
-method (prompt lookup decoding) finds the request's last n tokens earlier in its own tokens and
-proposes what followed them (mini_engine/proposer.py, sampler.py's verify).
+The source's one request got almost nothing from vLLM (1.1x). Speculative decoding bets that a
+step of a few rows costs about what a step of one row costs (part 2 measures the step's time):
+guess the next k tokens cheaply, check the request's last token and its k guesses in one forward,
+keep the guesses the model agrees with (greedy: its argmax) and one token of its own: 1 to k + 1
+tokens a step, greedy output unchanged. The guesses need no draft model: vLLM's `ngram` method
+(prompt lookup decoding) proposes what followed the request's last n tokens earlier in its own
+tokens (mini_engine/proposer.py, sampler.py's verify).
 
 Two workloads, a fixed number of tokens an answer (EOS held off), greedy: copy ("Repeat the
 following text exactly" and a window of the GPL-3), where the answer copies from its prompt; and
@@ -16,27 +15,30 @@ chat (the lab's questions), where it does not. Each one request at a time (two, 
 other) and --requests at once, speculation off, then at each k of --k. It prints three parts:
 1. Correct: every request's tokens at the largest k against speculation off (greedy, fp32).
 2. Measured in mini_engine: the share of guesses accepted, the tokens a step, the time per output
-   token, tokens/s and the speed-up, by workload, level and k.
+   token, tokens/s and the speed-up (its median and range), by workload, level and k; off and
+   each k take turns (common/measure.py: an untimed round, then --passes rounds).
 3. vLLM: the same workloads through the lab's server, off, then on with --speculative-config
-   {"method": "ngram", ...} at the middle k of --k: the same figures, the accepted share from its
-   own counters in /metrics, and whether the greedy text changed.
+   {"method": "ngram", ...} at the middle k of --k, --passes times a level: the same figures, the
+   accepted share from its own counters in /metrics, and whether the greedy text changed.
 
 This file sets up and measures, then prints; beside it in lessons/task_12/: the workloads
 (workloads.py), the record and the summary's row (record.py), the printing and the insights
 (report.py), the figure of an answer's tokens and the speed-ups (figure.py).
 
     python task_12_speculative_decoding.py [--k 2,4,8] [--ngram 2,4] [--requests 16]
-        [--output 64] [--quick] [--no-vllm] [--port 8000] [--base-url URL] [--model M]
-        [--dtype auto|bfloat16|float32]
+        [--output 64] [--passes 3] [--quick] [--no-vllm] [--port 8000] [--base-url URL]
+        [--model M] [--dtype auto|bfloat16|float32]
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
 
-from common import cli, figures, load, memory, metrics, report, results, server, settings
+from common import (cli, figures, load, measure, memory, metrics, report, results, server,
+                    settings)
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_12.figure import draw_speculation
@@ -49,8 +51,9 @@ from mini_engine import EngineConfig, LLMEngine, Llama
 from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_12_speculative_decoding"
-DEFAULTS = {"k": [2, 4, 8], "requests": 16, "output": 64}
-QUICK = {"k": [4], "requests": 3, "output": 16}   # --quick: one k, fewer and shorter answers
+DEFAULTS = {"k": [2, 4, 8], "requests": 16, "output": 64, "passes": measure.PASSES}
+QUICK = {"k": [4], "requests": 3, "output": 16, "passes": 1}   # --quick: smaller, one pass
+WARM_UP_TOKENS = 8      # an answer in the untimed round: each way's steps, at a fraction of 64
 NUM_SEQUENTIAL = 2      # the level of one request: this many, one after another
 WINDOW_TOKENS = 120     # tokens of the text each copy prompt asks to repeat
 PAGE_SIZE = 16          # mini_engine's pages and vLLM's blocks (the lab's, settings.BLOCK_SIZE)
@@ -83,9 +86,13 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--output", type=cli.positive_int, default=None,
                        help=f"tokens each answer makes, EOS held off (default "
                             f"{DEFAULTS['output']})")
+    group.add_argument("--passes", type=cli.positive_int, default=None,
+                       help="timed passes of every run, mini_engine's off and each k in turns "
+                            f"after an untimed round (default {DEFAULTS['passes']})")
     group.add_argument("--quick", action="store_true",
                        help=f"a smaller run: --k {QUICK['k'][0]} --requests {QUICK['requests']} "
-                            f"--output {QUICK['output']} (flags given win)")
+                            f"--output {QUICK['output']} --passes {QUICK['passes']} (flags given "
+                            "win)")
     group = parser.add_argument_group("engine")
     group.add_argument("--k", type=cli.int_list, default=None,
                        help="guesses a decoding request verifies a step (num_speculative_tokens)"
@@ -124,7 +131,8 @@ def settings_of(args, model_path: str, w: Workload) -> Settings:
                                max_model_len)
     return Settings(args.k, sorted(args.k)[len(args.k) // 2], *args.ngram, args.requests,
                     min(NUM_SEQUENTIAL, args.requests), args.output, WINDOW_TOKENS, PAGE_SIZE,
-                    max_model_len, kv_bytes, args.port, not args.no_vllm, args.base_url)
+                    max_model_len, kv_bytes, args.port, not args.no_vllm, args.base_url,
+                    args.passes)
 
 
 # --- parts 1-2: mini_engine ----------------------------------------------------------------------
@@ -142,13 +150,13 @@ def steps_by_tokens(eng: LLMEngine, k: int) -> list[int]:
 
 
 def run_engine(model: Llama, eos_ids, prompts: list[list[int]], s: Settings, name: str,
-               is_concurrent: bool, k: int) -> EngineRun:
-    """The prompts all at once, or one after another, each answer s.output_tokens long."""
+               is_concurrent: bool, k: int, n: int | None = None) -> EngineRun:
+    """The prompts all at once, or one after another, each answer n (s.output_tokens) long."""
     eng = LLMEngine(model, eos_ids, EngineConfig(
         kv_bytes=s.kv_cache_bytes, page_size=s.page_size_tokens, max_batch=s.num_requests,
         max_model_len=s.max_model_len, num_speculative_tokens=k,
         prompt_lookup_min=s.prompt_lookup_min, prompt_lookup_max=s.prompt_lookup_max))
-    n = s.output_tokens
+    n = n or s.output_tokens
     start = time.perf_counter()
     for batch in ([prompts] if is_concurrent else [[p] for p in prompts]):
         for p in batch:
@@ -182,21 +190,29 @@ def check_correct(model_path: str, eos_ids, w: Workload, s: Settings) -> list[Ch
                     for k in (0, max(s.ks)))) for name in WORKLOADS]
 
 
-def measure_engine(model_path: str, dtype: str, tokenizer, eos_ids, w: Workload, s: Settings
-                   ) -> tuple[list[EngineRun], list[Answer]]:
-    """Part 2 on the model at its fastest (its kernels chosen for the rows a step will have: a
-    request's last token and its k guesses, at 1 and at --requests), and the first answer of
-    each workload alone at vLLM's k, token by token, for the figure."""
+def measure_engine(model_path: str, dtype: str, tokenizer, eos_ids, w: Workload, s: Settings,
+                   progress) -> tuple[list[EngineRun], list[Answer]]:
+    """Part 2 on the model at its fastest (its kernels chosen for the rows a step will have),
+    off and each k in turns at each workload and level; and the first answer of each workload
+    alone at vLLM's k, token by token, for the figure."""
     model = Llama(model_path, dtype)
-    n = s.num_requests
+    n, short = s.num_requests, min(WARM_UP_TOKENS, s.output_tokens)
     model.choose_kernels((1, n, *(1 + k for k in s.ks), *(n * (1 + k) for k in s.ks)))
     runs, answers = [], []
+
+    def way(name: str, is_concurrent: bool, count: int, k: int):
+        """A pass of one way for measure.in_turns; its first call, the untimed round, is short."""
+        calls = itertools.count()
+        return lambda: run_engine(model, eos_ids, w.prompts(name)[:count], s, name, is_concurrent,
+                                  k, s.output_tokens if next(calls) else short)
     for name in WORKLOADS:
         for is_concurrent, count in ((False, s.num_sequential), (True, n)):
+            progress(f"Part 2: {name}, {count if is_concurrent else 1} at a time...")
+            found = measure.in_turns({k: way(name, is_concurrent, count, k) for k in [0, *s.ks]},
+                                     s.num_passes)
+            off = EngineRun.median_of(found[0])
             for k in [0, *s.ks]:
-                run = run_engine(model, eos_ids, w.prompts(name)[:count], s, name,
-                                 is_concurrent, k)
-                off = run if k == 0 else off
+                run = EngineRun.median_of(found[k])
                 run.num_identical = sum(a == b for a, b in zip(off.outputs, run.outputs))
                 runs.append(run)
                 if k == s.vllm_k and not is_concurrent:
@@ -228,10 +244,11 @@ def server_run(srv, w: Workload, s: Settings, name: str, is_concurrent: bool, k:
 
 def server_runs(srv, w: Workload, s: Settings, k: int | None) -> list[ServerRun]:
     """A greedy warm-up request (the first one a server computes is slow), then each workload
-    at each level."""
+    at each level, s.num_passes times, the levels taking turns."""
     load.run_level(srv.base_url, srv.model_name, w.copy_texts[:1], 8, temperature=0)
-    runs = [server_run(srv, w, s, name, is_concurrent, k)
-            for name in WORKLOADS for is_concurrent in (False, True)]
+    levels = [(name, is_concurrent) for name in WORKLOADS for is_concurrent in (False, True)]
+    passes = [[server_run(srv, w, s, *level, k) for level in levels] for _ in range(s.num_passes)]
+    runs = [ServerRun.median_of(list(level)) for level in zip(*passes)]
     runs[0].startup_s = srv.startup_s
     return runs
 
@@ -284,8 +301,8 @@ def main(argv: list[str] | None = None) -> SpeculativeDecoding:
 
     progress("Part 1: speculation on against off (fp32)...")
     correct = check_correct(model_choice.path, eos_ids, w, s)
-    progress("Part 2: mini_engine, off and at each k...")
-    runs, answers = measure_engine(model_choice.path, dtype.dtype, tokenizer, eos_ids, w, s)
+    runs, answers = measure_engine(model_choice.path, dtype.dtype, tokenizer, eos_ids, w, s,
+                                   progress)
     vllm = None
     if s.is_vllm_measured:
         progress("Part 3: vLLM's server, off and on...")

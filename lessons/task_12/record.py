@@ -3,12 +3,16 @@ results/task_12_speculative_decoding.json): everything the task measured, typed,
 field's name. A run is named by its workload ("copy" or "chat"), its level (one request at a time,
 or --requests at once) and its k (guesses a step; 0: speculation off). Figures that follow from
 others (the accepted share, the tokens a step, a speed-up) are properties, so a saved file
-cannot disagree with itself. summary_row is the summary table's cell for the task."""
+cannot disagree with itself. Each run keeps its median pass whole and every pass's tokens/s: in
+mini_engine the ways (speculation off and each k) take turns, pass by pass, so a speed-up is taken
+round by round; vLLM's two servers cannot take turns (a restart changes the setting), so its
+speed-up's range sets each server's fastest pass against the other's slowest. summary_row is the
+summary table's cell for the task."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common import load, results
+from common import load, measure, results
 
 WORKLOADS = ("copy", "chat")        # the answer copies from its prompt, or it does not
 
@@ -34,6 +38,7 @@ class Settings(results.Record):
     port: int
     is_vllm_measured: bool          # False with --no-vllm
     base_url: str | None = None     # --base-url: vLLM's part ran there, at that server's setting
+    num_passes: int = 1             # --passes: timed passes of every run
 
 
 @dataclass
@@ -61,7 +66,7 @@ class Check(results.Record):
 
 @dataclass
 class EngineRun(results.Record):
-    """One workload through mini_engine at one level and one k."""
+    """One workload through mini_engine at one level and one k: its median pass (by tokens/s)."""
     workload: str
     is_concurrent: bool             # --requests at once, or one request after another
     num_requests: int
@@ -78,6 +83,7 @@ class EngineRun(results.Record):
     steps_by_tokens: list[int]
     num_identical: int | None = None    # requests whose tokens are all speculation off's, in
                                         # the run's dtype (bf16 may round a k + 1 row apart)
+    pass_tokens_per_s: list[float] = field(default_factory=list)   # every timed pass, by round
     outputs: list[list[int]] = field(default_factory=list, init=False, repr=False,
                                      compare=False)     # each request's tokens; not saved
     output_was_guess: list[list[bool]] = field(default_factory=list, init=False, repr=False,
@@ -87,6 +93,17 @@ class EngineRun(results.Record):
     def accepted_share(self) -> float | None:
         """Guesses kept / guesses verified (None: none were made)."""
         return share(self.num_accepted_tokens, self.num_draft_tokens)
+
+    @property
+    def tokens_per_s_spread(self) -> measure.Spread:
+        return measure.Spread.of(self.pass_tokens_per_s or [self.tokens_per_s])
+
+    @classmethod
+    def median_of(cls, passes: list["EngineRun"]) -> "EngineRun":
+        """A way's median pass by tokens/s, whole, with every pass's tokens/s in it."""
+        run = passes[measure.median_index([r.tokens_per_s for r in passes])]
+        run.pass_tokens_per_s = [r.tokens_per_s for r in passes]
+        return run
 
     @property
     def mean_step_s(self) -> float:
@@ -121,12 +138,27 @@ class ServerRun(results.Record):
     num_accepted_tokens: int | None = None  # vllm:spec_decode_num_accepted_tokens_total
     num_same_text: int | None = None        # on: requests whose greedy text is off's, exactly
     startup_s: float | None = None          # None: a server already running was used
+    pass_tokens_per_s: list[float] = field(default_factory=list)   # every timed pass, in order
     texts: list[str] = field(default_factory=list, init=False, repr=False,
                              compare=False)    # each request's streamed text; not saved
 
     @property
     def accepted_share(self) -> float | None:
         return share(self.num_accepted_tokens or 0, self.num_draft_tokens or 0)
+
+    @property
+    def tokens_per_s_spread(self) -> measure.Spread:
+        return measure.Spread.of(self.pass_tokens_per_s or [self.level.tokens_per_s])
+
+    @classmethod
+    def median_of(cls, passes: list["ServerRun"]) -> "ServerRun":
+        """A level's median pass by tokens/s, whole, every pass's tokens/s in it; a pass with a
+        failed request wins, so that the report and the exit status show it."""
+        failed = [r for r in passes if r.level.num_failed]
+        run = failed[0] if failed else passes[measure.median_index(
+            [r.level.tokens_per_s for r in passes])]
+        run.pass_tokens_per_s = [r.level.tokens_per_s for r in passes]
+        return run
 
     @property
     def tokens_per_step(self) -> float | None:
@@ -155,10 +187,22 @@ class SpeculativeDecoding(results.Result):
         return next((r for r in self.mini_engine if (r.workload, r.is_concurrent, r.k) ==
                      (workload, is_concurrent, k)), None)
 
-    def engine_speedup(self, workload: str, is_concurrent: bool, k: int) -> float | None:
-        """tokens/s with k guesses a step over tokens/s without."""
+    def engine_speedup_spread(self, workload: str, is_concurrent: bool, k: int
+                              ) -> measure.Spread | None:
+        """tokens/s with k guesses a step over tokens/s without, round by round (the two took
+        turns); one pass each: the one ratio."""
         off, on = (self.engine_run(workload, is_concurrent, x) for x in (0, k))
-        return on.tokens_per_s / off.tokens_per_s if off and on else None
+        if not (off and on):
+            return None
+        if on.pass_tokens_per_s and len(on.pass_tokens_per_s) == len(off.pass_tokens_per_s):
+            return measure.Spread.of(a / b for a, b in zip(on.pass_tokens_per_s,
+                                                           off.pass_tokens_per_s))
+        return measure.Spread.of([on.tokens_per_s / off.tokens_per_s])
+
+    def engine_speedup(self, workload: str, is_concurrent: bool, k: int) -> float | None:
+        """The median round's speed-up (engine_speedup_spread's)."""
+        spread = self.engine_speedup_spread(workload, is_concurrent, k)
+        return spread.median if spread else None
 
     def server_runs(self, workload: str, is_concurrent: bool) -> tuple:
         """(off, on) of vLLM for this workload and level; None where it did not run or a
@@ -168,17 +212,40 @@ class SpeculativeDecoding(results.Result):
         return (next((r for r in runs if r.k == 0), None),
                 next((r for r in runs if r.k), None))
 
-    def vllm_speedup(self, workload: str, is_concurrent: bool) -> float | None:
+    def vllm_speedup_spread(self, workload: str, is_concurrent: bool) -> measure.Spread | None:
+        """On's median pass over off's; the range from on's slowest over off's fastest to on's
+        fastest over off's slowest (the two servers ran one after the other, not in turns)."""
         off, on = self.server_runs(workload, is_concurrent)
-        return on.level.tokens_per_s / off.level.tokens_per_s if off and on else None
+        if not (off and on):
+            return None
+        a, b = off.tokens_per_s_spread, on.tokens_per_s_spread
+        return measure.Spread(on.level.tokens_per_s / off.level.tokens_per_s, b.low / a.high,
+                              b.high / a.low, min(a.num_passes, b.num_passes))
+
+    def vllm_speedup(self, workload: str, is_concurrent: bool) -> float | None:
+        spread = self.vllm_speedup_spread(workload, is_concurrent)
+        return spread.median if spread else None
+
+
+def times_text(spread: measure.Spread | None, digits: int = 2) -> str:
+    """'2.50x (2.41-2.58)': the median with the range of the passes; one pass: '2.50x'; not
+    measured: '-'."""
+    if spread is None:
+        return "-"
+    text = f"{spread.median:.{digits}f}x"
+    if spread.num_passes < 2:
+        return text
+    return f"{text} ({spread.low:.{digits}f}-{spread.high:.{digits}f})"
 
 
 def summary_row(res: SpeculativeDecoding) -> str:
     """mini_engine's speed-up at vLLM's k for one copy request and for --requests chats at
-    once, and vLLM's for the one copy request, in the summary's 34 columns: 'copy 2.6x, vLLM
-    2.1x; 16 chat -5%' (the chats' as a change: 0.95x would read 1.0x, as if nothing)."""
+    once, and vLLM's for the one copy request, each with its range: 'copy 2.5x (2.4-2.6), vLLM
+    2.4x (2.2-2.5); 16 chat 0.95x (0.93-0.97)' (the chats' to two places: 0.95x would read 1.0x,
+    as if nothing)."""
     k = res.settings.vllm_k
-    copy, chat = res.engine_speedup("copy", False, k), res.engine_speedup("chat", True, k)
-    vllm = res.vllm_speedup("copy", False)
-    row = f"copy {copy:.1f}x" + (f", vLLM {vllm:.1f}x" if vllm else "")
-    return row + f"; {res.settings.num_requests} chat {100 * (chat - 1):+.0f}%"
+    vllm = res.vllm_speedup_spread("copy", False)
+    row = f"copy {times_text(res.engine_speedup_spread('copy', False, k), 1)}" + (
+        f", vLLM {times_text(vllm, 1)}" if vllm else "")
+    return row + f"; {res.settings.num_requests} chat " \
+        f"{times_text(res.engine_speedup_spread('chat', True, k))}"

@@ -5,11 +5,13 @@ figures it states. Printing only: the script measures, these print its record
 from __future__ import annotations
 
 from common import report
-from lessons.task_12.record import WORKLOADS, EngineRun, ServerRun, SpeculativeDecoding
+from lessons.task_12.record import (WORKLOADS, EngineRun, ServerRun, SpeculativeDecoding,
+                                    times_text)
 from lessons.task_12.workloads import INSTRUCTION
 
 LABEL_WIDTH = 25        # the tables' first column; the runs share the other 40
 SOURCE_SPEEDUP = "1.1x"  # the source's vLLM over HuggingFace, one request (its section 10)
+ABOUT_THE_SAME = 1.25   # a step with guesses at most this much dearer "cost about the same"
 
 
 def print_run_info(model_choice, dtype, threads: int, s, w, source_note: str | None) -> None:
@@ -69,6 +71,11 @@ def times(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def range_text(spread) -> str:
+    """'2.41-2.58': a speed-up's lowest and highest pass."""
+    return "-" if spread is None else f"{spread.low:.2f}-{spread.high:.2f}"
+
+
 def widths(num_runs: int) -> list[int]:
     return [LABEL_WIDTH] + [(report.WIDTH - LABEL_WIDTH) // num_runs] * num_runs
 
@@ -83,8 +90,11 @@ def print_engine(res: SpeculativeDecoding) -> None:
             rows += [(f"{name.capitalize()}, {level(s, is_concurrent)}",),
                      ("  tokens/s", *(f"{r.tokens_per_s:,.1f}" for r in runs)),
                      ("  ms per output token", *(f"{1000 * r.mean_tpot_s:,.1f}" for r in runs)),
-                     ("  speed-up", *(times(r.tokens_per_s / runs[0].tokens_per_s)
+                     ("  speed-up", *(times(res.engine_speedup(name, is_concurrent, r.k))
                                       for r in runs)),
+                     *([("  its range", "", *(range_text(res.engine_speedup_spread(
+                         name, is_concurrent, r.k)) for r in runs[1:]))]
+                       if s.num_passes > 1 else []),
                      ("  guesses accepted", *(pct(r.accepted_share) for r in runs)),
                      ("  tokens a step", *(f"{r.tokens_per_step:.2f}" for r in runs)),
                      ("  steps", *(f"{r.num_steps:,}" for r in runs)),
@@ -92,8 +102,11 @@ def print_engine(res: SpeculativeDecoding) -> None:
                      ("  tokens as off", "", *(f"{r.num_identical}/{r.num_requests}"
                                                for r in runs[1:]))]
     report.table(["Speculation", "off", *(f"k={k}" for k in s.ks)], rows, widths(1 + len(s.ks)))
-    report.note("ms per output token: after a request's first, its mean (vLLM's TPOT). Tokens "
-                "a step: a decoding request's, 1 to k + 1. Step: the run's time over its "
+    passes = (f"Off and each k took turns, {s.num_passes} rounds after an untimed one: each "
+              "figure is the median round's, the speed-up the median of the rounds' (its range: "
+              "the lowest and highest round). " if s.num_passes > 1 else "One pass. ")
+    report.note(passes + "ms per output token: after a request's first, its mean (vLLM's TPOT)."
+                " Tokens a step: a decoding request's, 1 to k + 1. Step: the run's time over its "
                 "steps. Tokens as off: requests whose every token is speculation off's")
 
 
@@ -119,6 +132,9 @@ def print_vllm(res: SpeculativeDecoding) -> None:
         (f"  on (k = {s.vllm_k})", *server_cells(res, lambda a, b: f"{b.level.tokens_per_s:,.1f}")),
         ("  speed-up", *server_cells(res, lambda a, b: times(b.level.tokens_per_s /
                                                                  a.level.tokens_per_s))),
+        *([("  its range", *(range_text(res.vllm_speedup_spread(name, c)) if all(
+            res.server_runs(name, c)) else "-" for name in WORKLOADS for c in (False, True)))]
+          if s.num_passes > 1 else []),
         ("ms per output token, off", *server_cells(res, lambda a, b: tpot(a))),
         ("  on", *server_cells(res, lambda a, b: tpot(b))),
         ("Guesses accepted", *server_cells(res, lambda a, b: pct(b.accepted_share))),
@@ -128,8 +144,12 @@ def print_vllm(res: SpeculativeDecoding) -> None:
                                                                     f"{b.level.num_users}")),
         ("Succeeded, off and on", *(ok(a, b) for a, b in all_server_pairs(res)))],
         widths(4))
-    report.note(f"{s.num_sequential}: one request after another; {s.num_requests}: at once. "
-                "Accepted: /metrics' vllm:spec_decode_num_accepted_tokens over "
+    passes = (f"{s.num_passes} passes of each level in each server, the median's figures; "
+              "the servers ran one after the other, not in turns, so the speed-up's range is on's"
+              " slowest pass over off's fastest to on's fastest over off's slowest. "
+              if s.num_passes > 1 else "")
+    report.note(passes + f"{s.num_sequential}: one request after another; {s.num_requests}: at "
+                "once. Accepted: /metrics' vllm:spec_decode_num_accepted_tokens over "
                 "num_draft_tokens. Tokens a step: as mini_engine's, the decoded tokens (all but "
                 "each answer's first) over the steps that made them, decoded - accepted")
 
@@ -158,31 +178,39 @@ def print_external(res: SpeculativeDecoding, headers: list[str]) -> None:
 
 
 # --- the insight ---------------------------------------------------------------------------------
-def correct_lines(res: SpeculativeDecoding) -> list[str]:
-    """A bug or not: fp32 greedy decides."""
+def correct_line(res: SpeculativeDecoding) -> str:
+    """A bug or not: fp32 greedy decides; and what it says of part 2's requests in the run's
+    dtype (mini_engine's only: vLLM never ran in fp32)."""
     bad = [f"{c.workload} k = {c.k} ({c.num_requests - c.num_identical} differ)"
            for c in res.correct if c.num_identical < c.num_requests]
     if bad:
-        return [f"In fp32, requests differ from speculation off at {', '.join(bad)}: a bug"]
+        return f"In fp32, requests differ from speculation off at {', '.join(bad)}: a bug"
     n, k = res.correct[0].num_requests, res.correct[0].k
     kept = sum(c.num_accepted_tokens for c in res.correct)
-    lines = [f"Speculation changed no token: {n}/{n} requests of both workloads identical in "
-             f"fp32 at k = {k}, {kept:,} of their tokens accepted guesses"]
+    line = (f"Speculation changed no token: {n}/{n} requests of both workloads identical in fp32"
+            f" at k = {k}, {kept:,} of their tokens accepted guesses")
     changed = [r for r in res.mini_engine if r.num_identical is not None and
                r.num_identical < r.num_requests]
     if changed:
         num = sum(r.num_requests - r.num_identical for r in changed)
         total = sum(r.num_requests for r in res.mini_engine if r.k)
-        lines.append(f"In {res.header.dtype}, {num} of part 2's {total} requests with "
-                     f"speculation on differ from off; fp32 matched every one, so the difference"
-                     f" is rounding (a verification's k + 1 rows run in other shapes, which round "
-                     f"differently in {res.header.dtype}), not the method")
-    return lines
+        line += (f". In {res.header.dtype}, {num} of part 2's {total} requests with speculation "
+                 "on differ from off: fp32 matched every one, so in mini_engine that is "
+                 "rounding, not the method")
+    return line
 
 
-def ratio(x: float | None) -> str:
-    """'2.64x (+164%)', '0.94x (-6%)'."""
-    return "-" if x is None else f"{x:.2f}x ({100 * (x - 1):+.0f}%)"
+def step_cost(off: EngineRun, on: EngineRun) -> str:
+    """What a step cost with the guesses against without, and against the tokens it made: the
+    bet of speculation, measured."""
+    x, gained = on.mean_step_s / off.mean_step_s, on.tokens_per_step
+    line = (f"a step with its guesses took {1000 * on.mean_step_s:,.0f} ms against "
+            f"{1000 * off.mean_step_s:,.0f} without ({x:.1f}x) and made {gained:.1f} tokens")
+    if x >= gained:
+        return line + ": dearer by as much as the tokens it made, or more"
+    if x <= ABOUT_THE_SAME:
+        return line + ": the guesses came nearly free, which is what speculation spends"
+    return line + ": dearer, but by less than the tokens it made"
 
 
 def unexplained(res: SpeculativeDecoding, name: str, is_concurrent: bool) -> str:
@@ -197,79 +225,62 @@ def unexplained(res: SpeculativeDecoding, name: str, is_concurrent: bool) -> str
             "it faster was not measured)")
 
 
-def vllm_ratio(res: SpeculativeDecoding, name: str, is_concurrent: bool) -> str:
-    """', vLLM's ngram 2.14x (+114%)', or nothing without vLLM's figure."""
-    x = res.vllm_speedup(name, is_concurrent)
-    if x is None:
+def vllm_ratio(res: SpeculativeDecoding, name: str, is_concurrent: bool, sep: str = ", "
+               ) -> str:
+    """sep + "vLLM's ngram 2.14x (2.01-2.30)", or nothing without vLLM's figure."""
+    spread = res.vllm_speedup_spread(name, is_concurrent)
+    if spread is None:
         return ""
-    return f", vLLM's ngram {ratio(x)}{unexplained(res, name, is_concurrent)}"
-
-
-def step_cost(off: EngineRun, on: EngineRun) -> str:
-    """'a step took 16 -> 21 ms (1.3x) for 2.8 tokens': what a step cost against what it
-    made."""
-    return (f"a step took {1000 * off.mean_step_s:,.0f} -> {1000 * on.mean_step_s:,.0f} ms "
-            f"({on.mean_step_s / off.mean_step_s:.1f}x) for {on.tokens_per_step:.1f} tokens")
+    return f"{sep}vLLM's ngram {times_text(spread)}{unexplained(res, name, is_concurrent)}"
 
 
 def pays_line(res: SpeculativeDecoding) -> str:
-    """One copy request at a time: the best k of mini_engine, and both engines at vLLM's k."""
+    """One copy request at a time: the best k of mini_engine, what its step cost, and both
+    engines at vLLM's k."""
     s = res.settings
     best = max(s.ks, key=lambda k: res.engine_speedup("copy", False, k))
     off, on = res.engine_run("copy", False, 0), res.engine_run("copy", False, best)
-    line = (f"The source's one request got {SOURCE_SPEEDUP} from vLLM: a step reads every weight "
-            f"for one token. Guesses copied from the prompt change that: copy requests one at a "
-            f"time ran {ratio(on.tokens_per_s / off.tokens_per_s)} in mini_engine at k = {best}"
-            f" ({pct(on.accepted_share)} of the guesses accepted; {step_cost(off, on)})")
-    if best != s.vllm_k:
-        line += f"; at k = {s.vllm_k} {ratio(res.engine_speedup('copy', False, s.vllm_k))}"
-    return line + vllm_ratio(res, "copy", False).replace(", ", " and " if best == s.vllm_k
-                                                          else ", ", 1)
+    line = (f"One copy request at a time (the source's one request got {SOURCE_SPEEDUP} from "
+            f"vLLM): tokens/s {times_text(res.engine_speedup_spread('copy', False, best))} in "
+            f"mini_engine at k = {best}, {pct(on.accepted_share)} of the guesses accepted; "
+            f"{step_cost(off, on)}")
+    at_vllm_k = ([f"mini_engine {times_text(res.engine_speedup_spread('copy', False, s.vllm_k))}"]
+                 if best != s.vllm_k else []) + ([vllm_ratio(res, "copy", False, "")]
+                                                 if res.vllm_speedup("copy", False) else [])
+    return line + (f". At k = {s.vllm_k}: {', '.join(at_vllm_k)}" if at_vllm_k else "")
 
 
 def many_line(res: SpeculativeDecoding) -> str:
-    """--requests copies at once, at vLLM's k, and why the gain of each request does not reach
-    the run: its steps fell less than a request's tokens a step rose (the run lasts as long as
-    its slowest request), or a step of many rows and their guesses cost more."""
-    s, k = res.settings, res.settings.vllm_k
+    """--requests copies at once, at vLLM's k: what a request gained, and why the run gained
+    less: its steps fell less than a request's tokens a step rose (the run lasts as long as its
+    slowest request), and what a step of many rows and their guesses cost."""
+    k, n = res.settings.vllm_k, res.settings.num_requests
     off, on = res.engine_run("copy", True, 0), res.engine_run("copy", True, k)
-    why = []
-    if on.num_steps * on.tokens_per_step > 1.33 * off.num_steps:
-        why.append("the run lasts as long as its slowest request")
-    if on.mean_step_s > 1.2 * off.mean_step_s:
-        why.append(f"{s.num_requests} rows a step already share each read of the weights, and "
-                   f"{s.num_requests} x {1 + k} rows cost more")
-    return (f"{s.num_requests} at once, copying: {ratio(on.tokens_per_s / off.tokens_per_s)} in "
+    line = (f"{n} copies at once: {times_text(res.engine_speedup_spread('copy', True, k))} in "
             f"mini_engine at k = {k}{vllm_ratio(res, 'copy', True)}. A request gained "
-            f"{on.tokens_per_step:.1f} tokens a step ({pct(on.accepted_share)} accepted; its time "
-            f"per output token {1000 * off.mean_tpot_s:,.0f} -> {1000 * on.mean_tpot_s:,.0f} ms),"
-            f" and the run took {off.num_steps} -> {on.num_steps} steps of "
-            f"{1000 * off.mean_step_s:,.0f} -> {1000 * on.mean_step_s:,.0f} ms"
-            + (": " + "; ".join(why) if why else ""))
+            f"{on.tokens_per_step:.1f} tokens a step ({pct(on.accepted_share)} accepted), and "
+            f"the run took {off.num_steps} -> {on.num_steps} steps")
+    if on.num_steps * on.tokens_per_step > 1.33 * off.num_steps:
+        line += " (it lasts as long as its slowest request)"
+    return line + f"; {step_cost(off, on)}"
 
 
 def chat_line(res: SpeculativeDecoding) -> str:
     """The chat workload at vLLM's k, both levels."""
-    s, k = res.settings, res.settings.vllm_k
+    k, n = res.settings.vllm_k, res.settings.num_requests
     alone, many = res.engine_run("chat", False, k), res.engine_run("chat", True, k)
-    copy = res.engine_run("copy", False, k)
+    off_many = res.engine_run("chat", True, 0)
     return (f"Chat, where the answer is not in the prompt: {pct(alone.accepted_share)} of the "
-            f"guesses "
-            f"accepted (copy: {pct(copy.accepted_share)}), {alone.tokens_per_step:.2f} tokens a "
-            f"step; at k = {k} one at a time {ratio(res.engine_speedup('chat', False, k))} in "
-            f"mini_engine{vllm_ratio(res, 'chat', False)}; "
-            f"{s.num_requests} at once "
-            f"{ratio(res.engine_speedup('chat', True, k))}{vllm_ratio(res, 'chat', True)} "
-            f"({step_cost(res.engine_run('chat', True, 0), many)})")
+            f"guesses accepted at k = {k}, {alone.tokens_per_step:.2f} tokens a step; one at a "
+            f"time {times_text(res.engine_speedup_spread('chat', False, k))} in mini_engine"
+            f"{vllm_ratio(res, 'chat', False)}; {n} at once "
+            f"{times_text(res.engine_speedup_spread('chat', True, k))}"
+            f"{vllm_ratio(res, 'chat', True)}; there {step_cost(off_many, many)}")
 
 
-def insights(res: SpeculativeDecoding) -> list[str]:
-    return correct_lines(res) + [pays_line(res), many_line(res), chat_line(res)] + \
-        vllm_text_lines(res)
-
-
-def vllm_text_lines(res: SpeculativeDecoding) -> list[str]:
-    """Whether vLLM's greedy text changed with speculation on, and why it may."""
+def vllm_text_line(res: SpeculativeDecoding) -> list[str]:
+    """Whether vLLM's greedy text changed with speculation on. Why it changed is not said:
+    vLLM ran in the run's dtype only, and mini_engine's fp32 check speaks for mini_engine."""
     pairs = [p for p in all_server_pairs(res) if p[1].num_same_text is not None] \
         if res.vllm and not res.settings.base_url else []
     if not pairs:
@@ -279,6 +290,12 @@ def vllm_text_lines(res: SpeculativeDecoding) -> list[str]:
     if same == total:
         return [f"vLLM's greedy text was the same with speculation on: {same}/{total} requests"]
     return [f"vLLM's greedy text changed in {total - same} of {total} requests with speculation "
-            f"on: in {res.header.dtype} a verification's k + 1 rows round differently from one "
-            "row a step, and a near tie of the argmax can flip (mini_engine's fp32 check shows "
-            "the method itself changes no token)"]
+            f"on; why was not checked (vLLM ran in {res.header.dtype} only; the fp32 check above "
+            "is mini_engine's)"]
+
+
+def insights(res: SpeculativeDecoding) -> list[str]:
+    """At most five lines, each result once: correct, one copy request, many, chat, vLLM's
+    text."""
+    return [correct_line(res), pays_line(res), many_line(res), chat_line(res)] + \
+        vllm_text_line(res)

@@ -13,9 +13,15 @@ KS = [2, 4, 8]
 N = 16                      # requests at once
 ONE = 2                     # requests one at a time
 OUTPUT = 64                 # tokens an answer: 63 of them made by decode rows
-# the summary's row of record(): copy one at a time at k = 4 100 / 40 = 2.5x, vLLM 160 / 64 =
-# 2.5x; 16 chats at once at k = 4 256 / 320 = 0.8x, -20%
-SUMMARY_ROW = "copy 2.5x, vLLM 2.5x; 16 chat -20%"
+# three passes of every run, as factors of its median pass's tokens/s, in round order: in
+# mini_engine the rounds' speed-ups are the median's x 0.96 / 1.02 = 0.941, x 1 and x 1.02 / 0.95
+# = 1.074; vLLM's range is on's slowest over off's fastest, x 0.97 / 1.03 = 0.942, to on's
+# fastest over off's slowest, x 1.01 / 0.98 = 1.031
+ENGINE_OFF, ENGINE_ON = (1.02, 1.0, 0.95), (0.96, 1.0, 1.02)
+VLLM_OFF, VLLM_ON = (0.98, 1.0, 1.03), (0.97, 1.0, 1.01)
+# the summary's row of record(): copy one at a time at k = 4 100 / 40 = 2.5x (2.35-2.68), vLLM
+# 160 / 64 = 2.5x (2.35-2.58); 16 chats at once at k = 4 256 / 320 = 0.80x (0.75-0.86)
+SUMMARY_ROW = "copy 2.5x (2.4-2.7), vLLM 2.5x (2.4-2.6); 16 chat 0.80x (0.75-0.86)"
 
 # the hand-made runs: (workload, at once?) -> k -> (tokens/s, the decoding rows by the tokens
 # they gained: [1, 2, ..., k + 1], steps, guesses verified or None for k x rows). Each list adds
@@ -60,7 +66,7 @@ def hand_engine(name: str, is_concurrent: bool, k: int) -> EngineRun:
     return EngineRun(name, is_concurrent, count, k, count * OUTPUT / tokens_per_s,
                      count * OUTPUT, tokens_per_s, 1 / tokens_per_s * count * 0.9, num_steps,
                      k * sum(by_tokens) if drafted is None else drafted, accepted, by_tokens,
-                     identical)
+                     identical, [tokens_per_s * f for f in (ENGINE_ON if k else ENGINE_OFF)])
 
 
 def hand_answer(name: str) -> Answer:
@@ -84,22 +90,23 @@ def hand_server(name: str, is_concurrent: bool, on: bool) -> ServerRun:
     tps = on_tps if on else off_tps
     level = LoadLevel(count, count, count * OUTPUT / tps, count * OUTPUT, tps, mean_tpot_s=0.015
                       if on else 0.03, is_concurrent=is_concurrent)
+    passes = [tps * f for f in (VLLM_ON if on else VLLM_OFF)]
     if not on:
         return ServerRun(name, is_concurrent, 0, level, startup_s=12.0 if not is_concurrent and
-                         name == "copy" else None)
-    return ServerRun(name, is_concurrent, 4, level, drafted, accepted, same)
+                         name == "copy" else None, pass_tokens_per_s=passes)
+    return ServerRun(name, is_concurrent, 4, level, drafted, accepted, same,
+                     pass_tokens_per_s=passes)
 
 
 def record(header: results.RunHeader | None = None) -> SpeculativeDecoding:
     """The defaults' run: k = 2, 4, 8 (vLLM 4), n-grams of 2-4, 16 at once, 2 one at a time, 64
-    tokens an answer. Its summary row: copy one at a time at k = 4 100 / 40 = 2.5x, vLLM
-    160 / 64 = 2.5x; 16 chats at once at k = 4 256 / 320 = 0.8x."""
+    tokens an answer, three passes of each run (SUMMARY_ROW's comment works out its row)."""
     pairs = [(name, c) for name in ("copy", "chat") for c in (False, True)]
     return SpeculativeDecoding(
         Settings(ks=KS, vllm_k=4, prompt_lookup_min=2, prompt_lookup_max=4, num_requests=N,
                  num_sequential=ONE, output_tokens=OUTPUT, copy_window_tokens=120,
                  page_size_tokens=16, max_model_len=512, kv_cache_bytes=186_646_528, port=8000,
-                 is_vllm_measured=True),
+                 is_vllm_measured=True, num_passes=3),
         WorkloadShape(source="/usr/share/common-licenses/GPL-3", min_copy_prompt_tokens=158,
                       max_copy_prompt_tokens=163, min_chat_prompt_tokens=39,
                       max_chat_prompt_tokens=43),

@@ -133,7 +133,7 @@ def print_alone(alone: Alone, num_sequential: int) -> None:
 
 
 def in_ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{1000 * seconds:.0f}"
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
 
 
 def print_scaling(levels: list[load.LoadLevel], spreads: list[measure.Spread] = (),
@@ -167,8 +167,9 @@ def print_scaling(levels: list[load.LoadLevel], spreads: list[measure.Spread] = 
                  widths=[7, 12, 11, 18], align_left=())
     report.note("Tok/s each: the level's throughput / its users. TPOT: the client's time per "
                 "output token. Engine core: vLLM's own inter-token latency from /metrics, stamped "
-                "as each step leaves the engine core ('-': not read); the rest of the TPOT is the "
-                "API server, streaming and HTTP.")
+                "as each step leaves the engine core ('-': not read). The difference is what "
+                "the API server, streaming and HTTP add to the pace; a delay every token pays "
+                "once shows in the TTFT, not here.")
     return scaling
 
 

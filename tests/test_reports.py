@@ -161,13 +161,13 @@ def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
     assert task6.print_scaling(levels) == 8.0
     out = capsys.readouterr().out
     assert "Scaling factor:                   8.0x throughput improvement" in out
-    # TPOT 98, (7.0 - 0.3) / 49 = 137, (11.0 - 0.5) / 49 = 214 ms; no /metrics read: '-'
-    assert "\n      1        10.0         98                 -\n" in out
-    assert "\n      4         6.2        137                 -\n" in out   # 6.25 to one place
-    assert "\n     20         4.0        214                 -\n" in out
+    # TPOT 98.0, (7.0 - 0.3) / 49 = 136.7, (11.0 - 0.5) / 49 = 214.3 ms; no /metrics: '-'
+    assert "\n      1        10.0       98.0                 -\n" in out
+    assert "\n      4         6.2      136.7                 -\n" in out   # 6.25 to one place
+    assert "\n     20         4.0      214.3                 -\n" in out
     levels[2].engine_itl_s = 0.2                          # the engine core's own, read
     task6.print_scaling(levels)
-    assert "\n     20         4.0        214               200\n" in capsys.readouterr().out
+    assert "\n     20         4.0      214.3             200.0\n" in capsys.readouterr().out
     assert task6.print_scaling([level(1, 5.0, 0.0, 0.0, failed=1), levels[2]]) == 0.0
 
 

@@ -220,8 +220,9 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
     assert inside.endswith("inside task 9's range.")
     assert with_13(1.30)[0].endswith("within the machine's drift of each other.")  # 1.46 / 1.30
     far = with_13(1.04)[0]                                                          # 1.40x
-    assert "1.04x" in far and far.endswith("more apart than the machine's drift; the table's "
-                                           "row is task 9's.")
+    assert "1.04x" in far and "more apart than the machine's drift" in far
+    assert far.endswith("what that costs it was not measured: the table's row is task 9's, "
+                        "read it beside task 13's.")
     assert summary.cross_checks({}) == []                         # nothing ran: no line
 
 
@@ -254,11 +255,15 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     placement = rl.place([one, twenty], rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36)
     summary.print_server_split(placement)
     out = " ".join(capsys.readouterr().out.split())
-    # 29.0 - 25.0 = 4.0 ms (14%); 64.0 - 60.0 = 4.0 ms (6%)
-    assert "1 user: the engine core's own step 25.0 ms of the client's 29.0 ms; the API " \
-           "server, streaming and HTTP 4.0 ms (14%)" in out
-    assert "20 users: the engine core's own step 60.0 ms of the client's 64.0 ms" in out
-    assert "4.0 ms (6%)" in out
+    # 29.0 - 25.0 = 4.0 ms, 16% of 25.0; 64.0 - 60.0 = 4.0 ms, 7% of 60.0
+    assert "1 user: the engine core's own step 25.0 ms, the client's 29.0 ms a token: the " \
+           "API server, streaming and HTTP added 4.0 ms a token (16%)" in out
+    assert "20 users: the engine core's own step 60.0 ms, the client's 64.0 ms a token" in out
+    assert "4.0 ms a token (7%)" in out and "in the time to first token" in out
+    top.engine_itl_s = 0.06402                              # within a tenth: 0.0, never -0.0
+    summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
+                                        rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
+    assert "added 0.0 ms a token (0%)" in " ".join(capsys.readouterr().out.split())
     top.engine_itl_s = six.alone.engine_itl_s = None        # an external server: no /metrics
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))

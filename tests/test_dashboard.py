@@ -38,8 +38,13 @@ def test_snapshot_reads_the_watched_figures():
     assert busy == metrics.Snapshot(time_s=1.5, generation_tokens=365.0, running=12, waiting=0,
                                     kv_usage=0.2727272727272727, ttft_sum_s=2.0723021030426025,
                                     ttft_count=14.0, e2e_sum_s=4.464751720428467, e2e_count=2.0,
-                                    preemptions=0.0, prefix_queries=142.0, prefix_hits=0.0)
+                                    preemptions=0.0, prefix_queries=142.0, prefix_hits=0.0,
+                                    itl_sum_s=19.837620946001607, itl_count=351.0)
     assert busy.mean_e2e_s == 4.464751720428467 / 2
+    # the engine core's mean inter-token latency between two reads: 335 gaps in 20.79 s
+    after = metrics.snapshot(AFTER, time_s=3.0)
+    assert metrics.engine_itl_s(busy, after) == (40.630400282999744 - 19.837620946001607) / 335
+    assert metrics.engine_itl_s(None, after) is None and metrics.engine_itl_s(after, busy) is None
     assert busy.prefix_hit_rate == 0.0      # 142 prompt tokens looked up, none found: the lab's
                                             # user prompts share no whole block of 16
 

@@ -11,7 +11,10 @@ from common import figures
 from lessons.task_12.record import WORKLOADS
 
 GUESS, OWN = "#9AD0F0", "#F5C26B"       # the palette's sky blue and orange, lightened for text
-WORKLOAD_COLOURS = {"copy": figures.color(4), "chat": figures.color(0)}
+# one colour one meaning on the page: the answers take sky and orange, the workloads purple and
+# grey, each k of mini_engine blue, green and yellow, vLLM vermillion
+WORKLOAD_COLOURS = {"copy": figures.color(6), "chat": figures.color(7)}
+K_COLOURS = [figures.color(4), figures.color(2), figures.color(3)]
 COLUMNS = 76            # characters a line of an answer: 76 x 4.8 pt = 5.1 in, the panel's width
 FONT_PT = 8
 CHAR_PT = 0.602 * FONT_PT     # the advance of a DejaVu Sans Mono character: 0.602 of its size
@@ -74,26 +77,33 @@ def speedups(ax, res) -> None:
     """Grouped bars: per workload and level, mini_engine at each k, then vLLM; 1x drawn."""
     s = res.settings
     groups = [(name, c) for name in WORKLOADS for c in (False, True)]
-    series = [(f"mini_engine k={k}", lambda name, c, k=k: res.engine_speedup(name, c, k))
+    series = [(f"mini_engine k={k}", lambda name, c, k=k: res.engine_speedup_spread(name, c, k))
               for k in s.ks]
     if res.vllm and not s.base_url:
-        series.append((f"vLLM k={s.vllm_k}", res.vllm_speedup))
+        series.append((f"vLLM k={s.vllm_k}", res.vllm_speedup_spread))
     width = 0.84 / len(series)
     top = 1.0
-    for j, (label, speedup) in enumerate(series):
+    for j, (label, spread_of) in enumerate(series):
         x = [g + (j - (len(series) - 1) / 2) * width for g in range(len(groups))]
-        values = [speedup(name, c) or 0.0 for name, c in groups]
-        top = max(top, *values)
+        spreads = [spread_of(name, c) for name, c in groups]
+        values = [sp.median if sp else 0.0 for sp in spreads]
+        # the range of the passes as an error bar, where there were several
+        several = [sp is not None and sp.num_passes > 1 for sp in spreads]
+        errors = [[v - sp.low if many else 0.0 for v, sp, many in zip(values, spreads, several)],
+                  [sp.high - v if many else 0.0 for v, sp, many in zip(values, spreads, several)]]
+        top = max(top, *values, *(sp.high for sp in spreads if sp))
         bars = ax.bar(x, values, width * 0.92, label=label,
-                      color=figures.color(5) if label.startswith("vLLM") else figures.color(1 + j),
-                      edgecolor="#333333", linewidth=0.4)
+                      color=figures.color(5) if label.startswith("vLLM") else
+                      K_COLOURS[j % len(K_COLOURS)],
+                      edgecolor="#333333", linewidth=0.4, yerr=errors, capsize=2,
+                      error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
         ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=7, padding=2, rotation=90)
     ax.axhline(1.0, color="#333333", linewidth=1, linestyle="--")
     levels = {False: "alone", True: f"{s.num_requests} at once"}
     ax.set_xticks(range(len(groups)), [f"{name}\n{levels[c]}" for name, c in groups])
     ax.set_ylim(0, top * 1.35)
     ax.set_ylabel("tokens/s over speculation off (x)")
-    ax.set_title("speed-up (1x: no gain)")
+    ax.set_title("speed-up (1x: none; lines: the passes)")
     ax.legend(loc="upper right", fontsize=8, ncol=2)
 
 

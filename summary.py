@@ -303,7 +303,7 @@ def cross_checks(res: dict[str, results.Result]) -> list[str]:
         near = inside or abs(ratio_9.median / ratio_13 - 1) <= DRIFT
         lines.append(f"mini_engine / vLLM eager on task 9's workload: task 9 "
                      f"{ratio_9.text(digits=2, unit='x', what='rounds')} (in turns, vLLM "
-                     f"in-process), task 13 {ratio_13:.2f}x (its best round, vLLM in a process "
+                     f"in-process), task 13 {ratio_13:.2f}x (its median round, vLLM in a process "
                      f"of its own): "
                      + ("inside task 9's range." if inside else
                         "within the machine's drift of each other." if near else

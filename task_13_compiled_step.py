@@ -35,6 +35,7 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import tempfile
 import time
 
@@ -59,7 +60,7 @@ DEFAULTS = {"requests": 48, "mean_output": 10, "vllm_requests": 16, "vllm_tokens
 QUICK = {"requests": 8, "mean_output": 8, "vllm_requests": 4, "vllm_tokens": 16,
          "vllm_modes": ["eager"], "contexts": [128, 1024]}
 PAGE_SIZE = 16
-TIMED_PASSES = 2        # of task 9's workload, each way, in turn (workload_in_turns)
+TIMED_PASSES = measure.PASSES   # of task 9's workload, each way, in turn (workload_in_turns)
 VLLM_TIMEOUT_S = 600    # a compiled start is over a minute (SPEC.md); on one core, longer
 
 RECORD = CompiledStep                  # what the lab reads results/<SCRIPT>.json back into
@@ -167,9 +168,9 @@ def mini_engine_ways(path: str, dtype: str, args, progress):
 
 
 def engine_mode(new_engine, warm, passes: list, workload) -> tuple[EngineMode, list[list[int]]]:
-    """One mini_engine way's record from its fastest timed pass (its tokens/s, and a decode
+    """One mini_engine way's record from its median timed pass (its tokens/s, and a decode
     step's phases at the cap: task 9's part 3; at 1, a request run alone), and its tokens."""
-    steps, seqs, seconds = min(passes, key=lambda found_pass: found_pass[2])
+    steps, seqs, seconds = passes[measure.median_index([p[2] for p in passes])]
     tokens = [q.output_ids for q in seqs]
     num_tokens = sum(len(t) for t in tokens)
     split = profile.phase_split(new_engine(), workload[0].prompt_ids, steps)
@@ -236,8 +237,9 @@ def workload_in_turns(path: str, dtype: str, s: Settings, args, ways: dict, work
                 passes[name] += rounds[name]
             vllm[mode] = VllmMode(
                 **ready, peak_pss_bytes=child.peak_bytes,
-                workload_tokens_per_s=max(p["tokens"] / p["seconds"] for p in rounds["vllm"]),
-                mini_tokens_per_s=max(mini_tokens_per_s(p) for p in rounds[mode]))
+                workload_tokens_per_s=statistics.median(p["tokens"] / p["seconds"]
+                                                        for p in rounds["vllm"]),
+                mini_tokens_per_s=statistics.median(mini_tokens_per_s(p) for p in rounds[mode]))
     return passes, vllm, skipped
 
 

@@ -39,11 +39,11 @@ class VllmMode(results.Record):
     enforce_eager: bool           # True: the source's (and TORCHDYNAMO_DISABLE=1); False: -O2
     startup_s: float              # LLM(...) until it returns: load, profile, compile, warm-up
     peak_pss_bytes: int           # the process's PSS, sampled while it ran
-    one_tokens_per_s: float       # one request (the best of two)
+    one_tokens_per_s: float       # one request (the median of three)
     batch_tokens_per_s: float     # settings.vllm_requests at once
     texts: list[str]              # the greedy answers of the batch
     workload_tokens_per_s: float  # task 9's workload, as mini_engine ran it (cap: max_batch)
-    mini_tokens_per_s: float      # mini_engine run the same way, its fastest pass of the rounds
+    mini_tokens_per_s: float      # mini_engine run the same way, its median pass of the rounds
                                   # in which it took turns with this one
 
 

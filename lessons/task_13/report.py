@@ -58,7 +58,7 @@ def print_engine(r: CompiledStep) -> None:
                 "compiled, the compile and a first engine, on the same model and kernels. After "
                 "it no step compiled: a graph it would have needed is an error "
                 "(mini_engine/compiled.py). Tokens/s: the ways took turns on the workload, each "
-                "its fastest pass")
+                "its median pass")
     if r.compiled is None:
         report.row("Compiled", f"not measured: {r.compile_skipped}")
         return
@@ -99,7 +99,7 @@ def print_same_workload(r: CompiledStep) -> None:
                        f"vLLM {theirs.workload_tokens_per_s:.1f} tok/s: {ratio:.2f}x vLLM")
     if r.vllm:
         report.note("Task 9's workload: mini_engine and vLLM run the same way took turns, a pass "
-                    "each, while that vLLM process lived; each side's fastest pass of those rounds")
+                    "each, while that vLLM process lived; each side's median pass of those rounds")
 
 
 def print_attention(r: CompiledStep) -> None:

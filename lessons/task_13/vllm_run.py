@@ -8,8 +8,8 @@ memory, and reads what it prints (common/measure.py's Child and serve).
 eager: the source's settings, the lab's (enforce_eager=True, TORCHDYNAMO_DISABLE=1). compiled:
 vLLM's default on a CPU (-O2: torch.compile with inductor at start-up; vllm/platforms/cpu.py),
 TORCHDYNAMO_DISABLE unset; everything else the same, the batch cap the parent's (max_num_seqs).
-Greedy, EOS held off. At its set-up: one request (the best of two generations), then N at once
-(the best of two), said when it is ready. Then a pass of the parent's workload (--workload, a
+Greedy, EOS held off. At its set-up: one request (the median of three generations), then N at
+once (the median of three), said when it is ready. Then a pass of the parent's workload (--workload, a
 JSON list of [prompt token ids, tokens to make]: task 9's, as mini_engine runs it) each time the
 parent asks, taking turns with mini_engine's passes in the parent's process."""
 from __future__ import annotations
@@ -48,17 +48,17 @@ def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, min_tokens=args.tokens)
     prompts = load.user_prompts(args.requests)
 
-    def best_of_two(batch: list, batch_params) -> tuple[float, list]:
+    def median_of_passes(batch: list, batch_params) -> tuple[float, list]:
         runs = []
-        for _ in range(2):
+        for _ in range(measure.PASSES):
             t = time.perf_counter()
             outputs = llm.generate(batch, batch_params, use_tqdm=False)
             runs.append((time.perf_counter() - t, outputs))
-        seconds, outputs = min(runs, key=lambda run: run[0])
+        seconds, outputs = runs[measure.median_index([run[0] for run in runs])]
         return sum(len(o.outputs[0].token_ids) for o in outputs) / seconds, outputs
 
-    one_tok_s, _ = best_of_two(prompts[:1], params)
-    batch_tok_s, outputs = best_of_two(prompts, params)
+    one_tok_s, _ = median_of_passes(prompts[:1], params)
+    batch_tok_s, outputs = median_of_passes(prompts, params)
     workload = json.loads(Path(args.workload).read_text())
     workload_prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in workload]
     workload_params = [SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n)

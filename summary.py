@@ -307,10 +307,20 @@ def cross_checks(res: dict[str, results.Result]) -> list[str]:
                      f"of its own): "
                      + ("inside task 9's range." if inside else
                         "within the machine's drift of each other." if near else
-                        "more apart than the machine's drift. They differ in where vLLM ran, "
-                        "and what that costs it was not measured: the table's row is task "
-                        "9's, read it beside task 13's."))
+                        "more apart than the machine's drift. " + vllm_apart(nine, thirteen)))
     return lines
+
+
+def vllm_apart(nine, thirteen) -> str:
+    """Which side moved between task 9 and task 13: vLLM's own tokens/s in each (task 9 runs it
+    in mini_engine's process, task 13 in one of its own, as a server's engine core runs)."""
+    eager = thirteen.vllm["eager"]
+    in_nine, own = nine.vllm.tokens_per_s, eager.workload_tokens_per_s
+    mini_nine, mini_13 = nine.best.tokens_per_s, eager.mini_tokens_per_s
+    return (f"vLLM made {in_nine:.1f} tok/s in task 9, in mini_engine's process, and {own:.1f} "
+            f"in task 13, in a process of its own ({own / in_nine:.2f}x); mini_engine "
+            f"{mini_nine:.1f} and {mini_13:.1f} ({mini_13 / mini_nine:.2f}x). The table's row is "
+            "task 9's; task 13's sets mini_engine against vLLM as its server runs it.")
 
 
 def print_cross_checks(res: dict[str, results.Result], summary: Summary) -> None:

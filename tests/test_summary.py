@@ -210,19 +210,25 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
     assert "tok/s DISAGREE" in lines[0]
     assert "they DISAGREE, by 2.00x" in lines[1]                   # 29.4 / 14.7
     # task 9's ratio (its rounds in turns) against task 13's on the same workload
-    nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3))
+    nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3),
+                           vllm=SimpleNamespace(tokens_per_s=300.0),
+                           best=SimpleNamespace(tokens_per_s=438.0))
+
     def with_13(ratio: float) -> list[str]:
+        eager = SimpleNamespace(workload_tokens_per_s=420.0, mini_tokens_per_s=420.0 * ratio)
         return summary.cross_checks({"task_9_build_your_own_engine": nine,
                                      "task_13_compiled_step": SimpleNamespace(
-                                         over_vllm=lambda mode: ratio)})
+                                         over_vllm=lambda mode: ratio, vllm={"eager": eager})})
     (inside,) = with_13(1.42)
     assert "task 9 1.46x (1.40-1.50, 3 rounds)" in inside and "1.42x" in inside
     assert inside.endswith("inside task 9's range.")
     assert with_13(1.30)[0].endswith("within the machine's drift of each other.")  # 1.46 / 1.30
     far = with_13(1.04)[0]                                                          # 1.40x
+    # vLLM 300.0 in task 9's process, 420.0 in its own: 1.40x; mini_engine 438.0 and 436.8
     assert "1.04x" in far and "more apart than the machine's drift" in far
-    assert far.endswith("what that costs it was not measured: the table's row is task 9's, "
-                        "read it beside task 13's.")
+    assert "vLLM made 300.0 tok/s in task 9, in mini_engine's process, and 420.0 in task 13, " \
+           "in a process of its own (1.40x); mini_engine 438.0 and 436.8 (1.00x)" in far
+    assert far.endswith("task 13's sets mini_engine against vLLM as its server runs it.")
     assert summary.cross_checks({}) == []                         # nothing ran: no line
 
 

@@ -53,7 +53,8 @@ class Spread(results.Record):
         values = sorted(values)
         if not values:
             raise ValueError("a spread of no passes")
-        return cls(statistics.median(values), values[0], values[-1], len(values))
+        # the lower middle for an even count: the pass median_index keeps, not a mean of two
+        return cls(statistics.median_low(values), values[0], values[-1], len(values))
 
     def agrees(self, other: "Spread") -> bool:
         """The two ranges overlap: nothing measured tells the two figures apart."""

@@ -238,12 +238,12 @@ def test_task2_speedup_by_hand(capsys):
     speedup = task2.print_results(gen, eng, task2.Baseline("measured now", 12.5, 4.0))
     assert speedup == 2.0
     out = capsys.readouterr().out
-    assert "vLLM is 2.0x faster in tokens/sec" in out
+    assert "vLLM made 2.0x HuggingFace's tokens/sec" in out
     assert re.search(r"\nTokens/sec +12\.5 +25\.0\n", out)
     # the other way round: 12.5 against 25.0 is 0.5x, "as fast" is not claimed as faster
     task2.print_results(task2.engine.Generation("vLLM", "", 11, 50, 4.0, 9.0, 2), eng,
                         task2.Baseline("measured now", 25.0, 2.0))
-    assert "vLLM is 0.5x as fast in tokens/sec" in capsys.readouterr().out
+    assert "vLLM made 0.5x HuggingFace's tokens/sec" in capsys.readouterr().out
 
 
 def test_task2_one_request_is_told_apart_only_by_its_passes():

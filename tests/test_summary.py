@@ -208,7 +208,11 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
         task6.MultiUserLoad, alone=alone((14.7, 14.0, 15.0), (34.0, 33.0, 35.0)))}
     lines = summary.cross_checks(apart)
     assert "tok/s DISAGREE" in lines[0]
-    assert "they DISAGREE, by 2.00x" in lines[1]                   # 29.4 / 14.7
+    assert "they DISAGREE, by 2.00x: the server's request was the slower" in lines[1]  # 29.4 / 14.7
+    faster = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
+        task6.MultiUserLoad, alone=alone((40.0, 39.0, 41.0), None))}
+    assert "by 0.74x: the server's request was the faster; why was not measured." in \
+        summary.cross_checks(faster)[0]                                             # 29.4 / 40
     # task 9's ratio (its rounds in turns) against task 13's on the same workload
     nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3),
                            vllm=SimpleNamespace(tokens_per_s=300.0),
@@ -270,6 +274,12 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     assert "added 0.0 ms a token (0%)" in " ".join(capsys.readouterr().out.split())
+    top.engine_itl_s = 0.0652                               # the core's gaps the longer
+    summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
+                                        rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the client's was 1.2 ms shorter, so the front added nothing measurable" in out
+    assert "added -" not in out
     top.engine_itl_s = six.alone.engine_itl_s = None        # an external server: no /metrics
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
@@ -300,6 +310,7 @@ def test_the_summarys_insight_is_chosen_by_the_runs_figures():
                                                levels=[level(1, 30.0), level(20, 279.0)])}
     batch, paging = summary.insights(res)
     assert_says(batch, "1.0x HuggingFace's", "20 users at once made 9.3x",
+                "8.9x more than one request did",                           # 9.3 / 1.04
                 branch="as in the source", not_branch="unlike the source")
     assert_says(paging, "92 requests in pages against 19", branch="lets the batch grow",
                 not_branch="no more requests")

@@ -42,7 +42,7 @@ def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     check_generation(t2, 8)
     assert t2["baseline"]["source"] == "measured now" and t2["baseline"]["tokens_per_s"] > 0
     assert "No matching task 1 result saved" in proc.stdout
-    assert t2["speedup"] > 0 and f"vLLM is {t2['speedup']:.1f}x" in proc.stdout   # by hand:
+    assert t2["speedup"] > 0 and f"vLLM made {t2['speedup']:.1f}x" in proc.stdout   # by hand:
     # tests/test_reports.py::test_task2_speedup_by_hand
     # 2 (K,V) x 2 layers x 1 KV head x 64 dims x 4 B = 1,024 B/token
     assert t2["kv_capacity_derived"]["kv_bytes_per_token"] == 1_024

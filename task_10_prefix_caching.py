@@ -32,6 +32,7 @@ insights (report.py), the figure of the shared pages (figure.py).
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -125,13 +126,12 @@ def off_and_on(model: Llama, eos_ids, workload: Workload, s: Settings, passes: i
     """The cache off, then on, taking turns for `passes` passes; each way's median pass by
     tokens/s, kept whole, with every pass's tokens/s and mean TTFT beside it. Each pass is a
     new engine: its cache starts empty, so every pass finds the same hits."""
-    found: list[list[EngineRun]] = [[], []]
-    for _ in range(passes):
-        for runs, caching in zip(found, (False, True)):
-            runs.append(run_engine(model, eos_ids, workload, s, caching))
+    ways = {caching: functools.partial(run_engine, model, eos_ids, workload, s, caching)
+            for caching in (False, True)}            # off, then on: the order of every list
+    found = measure.in_turns(ways, passes, warm_up=False)
     median = []
-    for runs in found:
-        run = runs[measure.median_index([r.tokens_per_s for r in runs])]
+    for runs in found.values():
+        run = measure.median_pass(runs, lambda r: r.tokens_per_s)
         if passes > 1:
             run.tokens_per_s_spread = measure.Spread.of(r.tokens_per_s for r in runs)
             run.ttft_spread = measure.Spread.of(r.mean_ttft_s for r in runs)

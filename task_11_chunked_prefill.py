@@ -172,7 +172,7 @@ def median_pass(passes: list):
     pass (no latency) is the one kept: it is the last."""
     if passes[-1].latency is None or len(passes) == 1:
         return passes[-1]
-    kept = passes[measure.median_index([p.latency.max_itl_s for p in passes])]
+    kept = measure.median_pass(passes, lambda p: p.latency.max_itl_s)
     kept.passes = Passes.of([p.latency for p in passes])
     return kept
 

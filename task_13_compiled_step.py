@@ -170,7 +170,7 @@ def mini_engine_ways(path: str, dtype: str, args, progress):
 def engine_mode(new_engine, warm, passes: list, workload) -> tuple[EngineMode, list[list[int]]]:
     """One mini_engine way's record from its median timed pass (its tokens/s, and a decode
     step's phases at the cap: task 9's part 3; at 1, a request run alone), and its tokens."""
-    steps, seqs, seconds = passes[measure.median_index([p[2] for p in passes])]
+    steps, seqs, seconds = measure.median_pass(passes, lambda p: p[2])
     tokens = [q.output_ids for q in seqs]
     num_tokens = sum(len(t) for t in tokens)
     split = profile.phase_split(new_engine(), workload[0].prompt_ids, steps)

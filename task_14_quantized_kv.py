@@ -26,6 +26,8 @@ the comparisons (quality.py), vLLM's server runs (vllm_side.py), the record and 
 """
 from __future__ import annotations
 
+import functools
+
 from common import cli, figures, measure, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text, templated
@@ -174,17 +176,14 @@ def load_in_turns(model, eos, formats: list[tuple[str, str]], dtype: str, load_p
                   s: Settings, passes: int = measure.PASSES) -> list[Throughput]:
     """Part 3's load in each format, the formats taking turns for `passes` passes; each keeps
     its median pass by tokens/s, with every pass's tokens/s beside it."""
-    found: list[list[Throughput]] = [[] for _ in formats]
-    for _ in range(passes):
-        for runs, kv in zip(found, formats):
-            runs.append(q.load_run(model, eos, kv, label(*kv, dtype), load_prompts,
-                                   s.load_tokens, s.load_kv_bytes, s.page_tokens,
-                                   s.load_requests))
+    ways = {kv: functools.partial(q.load_run, model, eos, kv, label(*kv, dtype), load_prompts,
+                                  s.load_tokens, s.load_kv_bytes, s.page_tokens, s.load_requests)
+            for kv in formats}
+    found = measure.in_turns(ways, passes, warm_up=False)
     median = []
-    for runs in found:
-        tps = [t.tokens_per_s for t in runs]
-        run = runs[measure.median_index(tps)]
-        run.tokens_per_s_spread = measure.Spread.of(tps)
+    for runs in found.values():
+        run = measure.median_pass(runs, lambda t: t.tokens_per_s)
+        run.tokens_per_s_spread = measure.Spread.of(t.tokens_per_s for t in runs)
         median.append(run)
     return median
 

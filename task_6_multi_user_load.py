@@ -76,7 +76,7 @@ def run_levels(srv, users: list[int], max_tokens: int, passes: int
 
 def median_passes(passes: list[list[load.LoadLevel]]) -> list[load.LoadLevel]:
     """Each level's median pass by tokens/s, kept whole: its latencies are that pass's."""
-    return [lv[measure.median_index([p.tokens_per_s for p in lv])] for lv in passes]
+    return [measure.median_pass(lv, lambda p: p.tokens_per_s) for lv in passes]
 
 
 def run_sequential(srv, levels: list[load.LoadLevel], max_tokens: int

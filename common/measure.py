@@ -73,6 +73,11 @@ class Spread(results.Record):
         return f"{value} ({self.low:,.{digits}f}-{self.high:,.{digits}f}, {self.num_passes} {what})"
 
 
+def median_pass(passes: list[T], key: Callable[[T], float]) -> T:
+    """The pass whose key is the median (median_index), kept whole."""
+    return passes[median_index([key(p) for p in passes])]
+
+
 def median_index(values: list[float]) -> int:
     """The index of the median pass (the lower of the two middle ones for an even count), so a
     record can keep that pass whole, every figure of it from one and the same pass."""
@@ -100,12 +105,14 @@ READY, RESULT = "turns: ready ", "turns: result "     # what a child's stdout sa
 
 
 def in_turns(ways: dict[str, Callable[[], T]], timed_rounds: int,
-             on_pass: Callable[[str, int], None] | None = None) -> dict[str, list[T]]:
+             on_pass: Callable[[str, int], None] | None = None,
+             warm_up: bool = True) -> dict[str, list[T]]:
     """way -> what its timed passes returned, in order. ways: name -> a pass of its work. Round 0
-    is untimed (its results dropped), rounds 1..timed_rounds are kept. on_pass(name, round), if
-    given, is called before each pass (a progress line)."""
+    is untimed (its results dropped), rounds 1..timed_rounds are kept; warm_up=False leaves
+    round 0 out, where the caller warmed every way up already. on_pass(name, round), if given,
+    is called before each pass (a progress line)."""
     found: dict[str, list[T]] = {name: [] for name in ways}
-    for round_ in range(timed_rounds + 1):
+    for round_ in range(0 if warm_up else 1, timed_rounds + 1):
         for name, one_pass in ways.items():
             if on_pass is not None:
                 on_pass(name, round_)

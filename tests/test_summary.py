@@ -193,6 +193,20 @@ def alone(level: tuple, sequential: tuple | None) -> Alone:
     return Alone(measure.Spread(*level, 3), seq, LEVEL, level[0], 1.5, 0.03)
 
 
+def test_ways_take_turns_and_the_median_pass_is_kept_whole():
+    """in_turns: round 0 untimed unless the caller warmed up; the ways alternate. median_pass and
+    Spread.of agree on an even count: the lower middle, never a mean of two passes."""
+    calls = []
+    ways = {name: (lambda name=name: calls.append(name) or len(calls)) for name in ("a", "b")}
+    assert measure.in_turns(ways, 2) == {"a": [3, 5], "b": [4, 6]}      # calls 1, 2: round 0
+    calls.clear()
+    assert measure.in_turns(ways, 2, warm_up=False) == {"a": [1, 3], "b": [2, 4]}
+    assert calls == ["a", "b", "a", "b"]
+    passes = [("p1", 40.0), ("p2", 10.0), ("p3", 30.0), ("p4", 20.0)]
+    assert measure.median_pass(passes, lambda p: p[1]) == ("p4", 20.0)
+    assert measure.Spread.of(p[1] for p in passes) == measure.Spread(20.0, 10.0, 40.0, 4)
+
+
 def test_the_same_thing_measured_twice_is_compared_both_ways():
     """Each pair of figures of one thing is compared, and the line says which way it came out."""
     two = hand.fill(task2.VLLMInference, generated_tokens=50,

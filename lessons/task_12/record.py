@@ -101,7 +101,7 @@ class EngineRun(results.Record):
     @classmethod
     def median_of(cls, passes: list["EngineRun"]) -> "EngineRun":
         """A way's median pass by tokens/s, whole, with every pass's tokens/s in it."""
-        run = passes[measure.median_index([r.tokens_per_s for r in passes])]
+        run = measure.median_pass(passes, lambda r: r.tokens_per_s)
         run.pass_tokens_per_s = [r.tokens_per_s for r in passes]
         return run
 

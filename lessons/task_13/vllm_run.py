@@ -54,7 +54,7 @@ def main() -> None:
             t = time.perf_counter()
             outputs = llm.generate(batch, batch_params, use_tqdm=False)
             runs.append((time.perf_counter() - t, outputs))
-        seconds, outputs = runs[measure.median_index([run[0] for run in runs])]
+        seconds, outputs = measure.median_pass(runs, lambda run: run[0])
         return sum(len(o.outputs[0].token_ids) for o in outputs) / seconds, outputs
 
     one_tok_s, _ = median_of_passes(prompts[:1], params)

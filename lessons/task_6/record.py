@@ -34,7 +34,7 @@ def alone_of(one_user: list[load.LoadLevel], sequential: load.LoadLevel | None) 
     level where they agree (the source's baseline); where they disagree, the one of more
     passes, the sequential requests (20 against 3), whichever way that moves the factor."""
     level = measure.Spread.of(lv.tokens_per_s for lv in one_user)
-    median_pass = one_user[measure.median_index([lv.tokens_per_s for lv in one_user])]
+    median_pass = measure.median_pass(one_user, lambda lv: lv.tokens_per_s)
     alone = Alone(level, None, LEVEL, level.median, median_pass.mean_latency_s,
                   median_pass.mean_tpot_s, median_pass.engine_itl_s)
     if sequential is not None and len(sequential.ok) >= 2:

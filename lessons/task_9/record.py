@@ -225,7 +225,7 @@ class OwnEngine(results.Result):
 def median_pass(passes: list[tuple[PolicyRun, list]]) -> tuple[PolicyRun, list]:
     """A policy's median pass by tokens/s, whole (its steps too), every pass's tokens/s in it:
     passes, (its record, its steps) each, in round order."""
-    run, steps = passes[measure.median_index([r.tokens_per_s for r, _ in passes])]
+    run, steps = measure.median_pass(passes, lambda p: p[0].tokens_per_s)
     run.pass_tokens_per_s = [r.tokens_per_s for r, _ in passes]
     return run, steps
 

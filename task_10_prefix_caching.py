@@ -38,9 +38,9 @@ import time
 
 from common import (cli, engine, figures, load, measure, memory, metrics, report, results, server,
                     settings)
-from lessons.task_10.figure import draw_shared_pages
+from lessons.task_10 import FIGURES
 from lessons.task_10.record import (LABELS, Correctness, EngineRun, OfflineRequest, PageSnapshot,
-                                    PrefixCaching, ServerRun, Settings, summary_row)
+                                    PrefixCaching, ServerRun, Settings)
 from lessons.task_10.report import print_report, print_run_info
 from lessons.task_10.workloads import (LONG_MAX_MODEL_LEN, Workload, chat_workload,
                                        choose_max_model_len, control_workload)
@@ -50,10 +50,6 @@ from mini_engine.engine import eos_token_ids
 SCRIPT = "task_10_prefix_caching"
 CHECK_REQUESTS = 3          # part 1: requests checked against transformers, fp32
 NUM_TABLES = 4              # part 2: page tables shown
-
-RECORD = PrefixCaching                  # what the lab reads results/<SCRIPT>.json back into
-FIGURES = (("", draw_shared_pages),)    # results/task_10_prefix_caching.png
-__all__ = ["RECORD", "FIGURES", "summary_row", "chat_workload", "control_workload", "main"]
 
 
 def parse_args(argv: list[str] | None):
@@ -77,6 +73,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--no-vllm", action="store_true", help="skip part 4 (vLLM)")
     group.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                        help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
+    cli.add_kernels_arg(parser)
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
     if not 16 <= args.system_tokens <= 132:
@@ -91,7 +88,7 @@ def settings_of(args, max_model_len: int) -> Settings:
     """The flags as the record saves them, with the max_model_len chosen for the workload."""
     return Settings(args.requests, args.system_tokens, args.output, args.seed, args.page_size,
                     args.max_batch, max_model_len, settings.KV_CACHE_BYTES, args.port,
-                    not args.no_vllm)
+                    not args.no_vllm, args.kernels)
 
 
 # --- parts 1-3: mini_engine ----------------------------------------------------------------------
@@ -100,7 +97,8 @@ def run_engine(model: Llama, eos_ids, workload: Workload, s: Settings, caching: 
     held the most pages."""
     eng = LLMEngine(model, eos_ids, EngineConfig(
         kv_bytes=s.kv_cache_bytes, page_size=s.page_size_tokens, max_batch=s.max_num_seqs,
-        max_model_len=s.max_model_len, seed=s.seed, enable_prefix_caching=caching),
+        max_model_len=s.max_model_len, seed=s.seed, enable_prefix_caching=caching,
+        kernels=s.kernels),
         profiler=StepProfiler())    # bookkeeping_s below is the steps' scheduling phase
     start = time.perf_counter()
     seqs = [eng.add_request(p, s.num_output_tokens, min_tokens=s.num_output_tokens)
@@ -162,7 +160,7 @@ def check_correct(model_path: str, tokenizer, eos_ids, workload: Workload, s: Se
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = Llama(model_path, "float32", linear="F.linear")   # speed does not matter here
+    model = Llama(model_path, "float32")
     off, on = off_and_on(model, eos_ids, workload, s)
     hf = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     num_hf = min(CHECK_REQUESTS, len(workload.prompts))
@@ -179,10 +177,8 @@ def check_correct(model_path: str, tokenizer, eos_ids, workload: Workload, s: Se
 
 def measure_engine(model_path: str, dtype: str, eos_ids, workloads: tuple[Workload, ...],
                    s: Settings) -> list[list[EngineRun]]:
-    """Parts 2-3: each workload with the cache off, then on, in turns for measure.PASSES passes,
-    on the model at its fastest."""
+    """Parts 2-3: each workload with the cache off, then on, in turns for measure.PASSES passes."""
     model = Llama(model_path, dtype)
-    model.choose_kernels((1, s.max_num_seqs))   # the warm-up: part 3 measures speed
     runs = [off_and_on(model, eos_ids, w, s, measure.PASSES) for w in workloads]
     del model   # vLLM's engines need the memory
     memory.give_memory_back()
@@ -251,7 +247,7 @@ def main(argv: list[str] | None = None) -> PrefixCaching:
     chat = chat_workload(tokenizer, args.requests, args.system_tokens)
     control = control_workload(chat, args.page_size, args.seed)
     s = settings_of(args, choose_max_model_len(chat, args.output))
-    eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
+    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, chat.shape())
 

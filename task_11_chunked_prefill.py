@@ -41,11 +41,11 @@ import time
 from common import cli, figures, load, measure, memory, metrics, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
-from lessons.task_11.figure import draw_chunking
+from lessons.task_11 import FIGURES
 from lessons.task_11.load import (iteration_tokens, prefill_steps, staggered_load,
                                   tokens_at_arrival)
 from lessons.task_11.record import (ChunkedPrefill, Correctness, EngineRun, Latency, Passes,
-                                    ServerRun, Settings, Timeline, label_of, summary_row)
+                                    ServerRun, Settings, Timeline, label_of)
 from lessons.task_11.report import print_report, print_run_info
 from lessons.task_11.workloads import (LONG_DOCS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
@@ -55,10 +55,6 @@ from mini_engine.engine import eos_token_ids
 SCRIPT = "task_11_chunked_prefill"
 ARRIVE_AFTER_TOKENS = 8     # the long documents arrive once every chat has made this many
 MAX_BUDGETS = 5             # the report's tables hold no chunking and 5 budgets
-
-RECORD = ChunkedPrefill                 # what the lab reads results/<SCRIPT>.json back into
-FIGURES = (("", draw_chunking),)        # results/task_11_chunked_prefill.png
-__all__ = ["RECORD", "FIGURES", "summary_row", "make_workload", "main"]
 
 
 def parse_args(argv: list[str] | None):
@@ -92,6 +88,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--base-url", default=None,
                        help="run part 3 against this vLLM server (e.g. on a GPU box) at its own "
                             "setting; the lab then starts and stops none")
+    cli.add_kernels_arg(parser)
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
     if len(args.budgets) > MAX_BUDGETS:
@@ -125,7 +122,7 @@ def settings_of(args, model_path: str, w: Workload) -> Settings:
     return Settings(args.chats, args.chat_output, args.long_docs, args.long_tokens,
                     args.long_output, ARRIVE_AFTER_TOKENS, args.budgets, args.page_size,
                     args.max_batch, max_model_len, kv_bytes, args.port, not args.no_vllm,
-                    args.base_url, args.passes)
+                    args.base_url, args.passes, args.kernels)
 
 
 # --- parts 1-2: mini_engine ----------------------------------------------------------------------
@@ -137,7 +134,7 @@ def run_engine(model: Llama, eos_ids, w: Workload, s: Settings, budget: int | No
     eng = LLMEngine(model, eos_ids, EngineConfig(
         kv_bytes=s.kv_cache_bytes, page_size=s.page_size_tokens, max_batch=s.max_num_seqs,
         max_model_len=s.max_model_len, max_num_batched_tokens=budget,
-        enable_chunked_prefill=chunked))
+        enable_chunked_prefill=chunked, kernels=s.kernels))
     start = time.perf_counter()
     chats = [eng.add_request(p, s.chat_output_tokens, min_tokens=s.chat_output_tokens)
              for p in w.chat_prompts]
@@ -199,7 +196,7 @@ def check_correct(model_path: str, tokenizer, eos_ids, w: Workload, s: Settings)
     import torch
     from transformers import AutoModelForCausalLM
 
-    runs = sweep(Llama(model_path, "float32", linear="F.linear"), eos_ids, w, s)
+    runs = sweep(Llama(model_path, "float32"), eos_ids, w, s)
     small = min(runs[1:], key=lambda r: r.budget_tokens)
     hf = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     checked = [(w.chat_prompts[0], small.outputs[0], s.chat_output_tokens),
@@ -215,9 +212,8 @@ def check_correct(model_path: str, tokenizer, eos_ids, w: Workload, s: Settings)
 
 def measure_engine(model_path: str, dtype: str, eos_ids, w: Workload, s: Settings
                    ) -> list[EngineRun]:
-    """Part 2 on the model at its fastest (its kernels chosen: the warm-up)."""
+    """Part 2, in the run's dtype."""
     model = Llama(model_path, dtype)
-    model.choose_kernels((1, s.num_chats + s.num_long_docs))
     runs = with_passes(sweep(model, eos_ids, w, s), lambda r: run_engine(
         model, eos_ids, w, s, r.budget_tokens if r.is_chunked else None), s.num_passes)
     del model   # vLLM's server needs the memory
@@ -292,7 +288,7 @@ def main(argv: list[str] | None = None) -> ChunkedPrefill:
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
     w = make_workload(tokenizer, args.chats, args.long_docs, args.long_tokens)
     s = settings_of(args, model_choice.path, w)
-    eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
+    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, w.shape(),
                    source_text(LONG_DOCS)[2])

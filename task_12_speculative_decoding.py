@@ -41,9 +41,9 @@ from common import (cli, figures, load, measure, memory, metrics, report, result
                     settings)
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
-from lessons.task_12.figure import draw_speculation
+from lessons.task_12 import FIGURES
 from lessons.task_12.record import (WORKLOADS, Answer, Check, EngineRun, ServerRun, Settings,
-                                    SpeculativeDecoding, summary_row)
+                                    SpeculativeDecoding)
 from lessons.task_12.report import print_report, print_run_info
 from lessons.task_12.workloads import (COPY_WINDOWS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
@@ -61,10 +61,6 @@ MAX_KS = 4              # the report's tables hold speculation off and 4 values 
 # vLLM's counters of speculative decoding in /metrics (read on vllm 0.27.1's server)
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
-
-RECORD = SpeculativeDecoding                # what the lab reads results/<SCRIPT>.json back into
-FIGURES = (("", draw_speculation),)         # results/task_12_speculative_decoding.png
-__all__ = ["RECORD", "FIGURES", "summary_row", "make_workload", "main"]
 
 
 def ngram_range(text: str) -> tuple[int, int]:
@@ -107,6 +103,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--base-url", default=None,
                        help="run part 3 against this vLLM server (e.g. on a GPU box) at its own "
                             "setting; the lab then starts and stops none")
+    cli.add_kernels_arg(parser)
     cli.add_model_args(parser)
     args = cli.fill_unset(parser.parse_args(argv), DEFAULTS, QUICK)
     if len(args.k) > MAX_KS:
@@ -132,7 +129,7 @@ def settings_of(args, model_path: str, w: Workload) -> Settings:
     return Settings(args.k, sorted(args.k)[len(args.k) // 2], *args.ngram, args.requests,
                     min(NUM_SEQUENTIAL, args.requests), args.output, WINDOW_TOKENS, PAGE_SIZE,
                     max_model_len, kv_bytes, args.port, not args.no_vllm, args.base_url,
-                    args.passes)
+                    args.passes, args.kernels)
 
 
 # --- parts 1-2: mini_engine ----------------------------------------------------------------------
@@ -155,7 +152,8 @@ def run_engine(model: Llama, eos_ids, prompts: list[list[int]], s: Settings, nam
     eng = LLMEngine(model, eos_ids, EngineConfig(
         kv_bytes=s.kv_cache_bytes, page_size=s.page_size_tokens, max_batch=s.num_requests,
         max_model_len=s.max_model_len, num_speculative_tokens=k,
-        prompt_lookup_min=s.prompt_lookup_min, prompt_lookup_max=s.prompt_lookup_max))
+        prompt_lookup_min=s.prompt_lookup_min, prompt_lookup_max=s.prompt_lookup_max,
+        kernels=s.kernels))
     n = n or s.output_tokens
     start = time.perf_counter()
     for batch in ([prompts] if is_concurrent else [[p] for p in prompts]):
@@ -185,19 +183,17 @@ def check_correct(model_path: str, eos_ids, w: Workload, s: Settings) -> list[Ch
     """fp32, greedy, every request of each workload at once: the largest k (the most guesses
     verified and rolled back) against speculation off. (Each k's tokens in the run's dtype are
     counted in part 2; tests/test_spec_decode.py searches many more k.)"""
-    model = Llama(model_path, "float32", linear="F.linear")
+    model = Llama(model_path, "float32")
     return [check(*(run_engine(model, eos_ids, w.prompts(name), s, name, True, k)
                     for k in (0, max(s.ks)))) for name in WORKLOADS]
 
 
 def measure_engine(model_path: str, dtype: str, tokenizer, eos_ids, w: Workload, s: Settings,
                    progress) -> tuple[list[EngineRun], list[Answer]]:
-    """Part 2 on the model at its fastest (its kernels chosen for the rows a step will have),
-    off and each k in turns at each workload and level; and the first answer of each workload
+    """Part 2, off and each k in turns at each workload and level; and the first answer of each workload
     alone at vLLM's k, token by token, for the figure."""
     model = Llama(model_path, dtype)
     n, short = s.num_requests, min(WARM_UP_TOKENS, s.output_tokens)
-    model.choose_kernels((1, n, *(1 + k for k in s.ks), *(n * (1 + k) for k in s.ks)))
     runs, answers = [], []
 
     def way(name: str, is_concurrent: bool, count: int, k: int):
@@ -294,7 +290,7 @@ def main(argv: list[str] | None = None) -> SpeculativeDecoding:
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
     w = make_workload(tokenizer, args.requests, WINDOW_TOKENS)
     s = settings_of(args, model_choice.path, w)
-    eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
+    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, w.shape(),
                    source_text(COPY_WINDOWS)[2])

@@ -7,17 +7,18 @@ from Python, 30 layers deep. That is what a compiler fuses, and what vLLM compil
 a CPU (torch.compile with inductor). The source turned it off (enforce_eager=True,
 TORCHDYNAMO_DISABLE=1) to save memory on its 4 GB VM, and the lab copied it: this task measures
 what that choice cost. It prints four parts:
-1. Where a decode step of mini_engine goes, eager: the matmuls, attention and the rest, at batch
-   1 and at the cap, against two floors (one read of the weights; the matmuls timed alone).
-2. The same engine compiled (EngineConfig.compile_model, mini_engine/compiled.py): the same
-   table, the compile's time, graphs and memory, tokens/s on task 9's workload, and whether the
-   greedy tokens changed.
+1. What mini_engine's C kernels buy (mini_engine/kernels/) against its plain torch, and where a
+   decode step goes, eager: the matmuls, attention and the rest, at batch 1 and at the cap,
+   against two floors (one read of the weights; the matmuls timed alone).
+2. The same engine compiled (EngineConfig.kernels "compiled", mini_engine/kernels/compiled.py):
+   the same table, the compile's time, graphs and memory, tokens/s on task 9's workload, and
+   whether the greedy tokens changed.
 3. vLLM offline, the source's enforce_eager=True against its default compilation, each in a fresh
    process: start-up, peak memory (PSS), tokens/s at 1 request and at many, the greedy text; and
    task 9's workload against mini_engine run the same way, the two taking turns, a pass each.
 4. Attention as the context grows (128 to 1,024 tokens), at batch 1 and at the cap: mini_engine's
-   kernel that reads the pages in place (and its context gathered and attended in one padded
-   call, as before issue 29), against vLLM's kernel, which reads them in place too.
+   kernel that reads the pages in place, its torch way (contexts gathered and attended by SDPA),
+   and vLLM's kernel, which reads them in place too.
    benchmarks/long_context.py measures whole runs at such contexts.
 
 This file sets up and measures, then prints; beside it in lessons/task_13/: part 3's fresh
@@ -42,12 +43,11 @@ import time
 import psutil
 
 from common import cli, figures, measure, memory, report, results, settings
-from lessons.task_13 import attention
-from lessons.task_13.figure import draw_step
-from lessons.task_13.record import (AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode,
-                                    summary_row)
+from lessons.task_13 import FIGURES, attention
+from lessons.task_13.record import AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode
 from lessons.task_13.report import print_header, print_report
 from lessons.task_9 import profile
+from lessons.task_9.workloads import make_workload
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
 from mini_engine.engine import eos_token_ids
 
@@ -62,10 +62,6 @@ QUICK = {"requests": 8, "mean_output": 8, "vllm_requests": 4, "vllm_tokens": 16,
 PAGE_SIZE = 16
 TIMED_PASSES = measure.PASSES   # of task 9's workload, each way, in turn (workload_in_turns)
 VLLM_TIMEOUT_S = 600    # a compiled start is over a minute (SPEC.md); on one core, longer
-
-RECORD = CompiledStep                  # what the lab reads results/<SCRIPT>.json back into
-FIGURES = (("", draw_step),)           # results/task_13_compiled_step.png
-__all__ = ["RECORD", "FIGURES", "summary_row", "main"]
 
 
 def vllm_modes(text: str) -> list[str]:
@@ -116,20 +112,18 @@ def rss_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
-def warm_up(model: Llama, eos: list[int], args, compiled: bool):
-    """A factory of one way's engines on the model, and that way's warm-up cost (seconds, RSS
-    added, graphs made): eager, choosing the kernels at 1 and the cap, and a first engine;
-    compiled, the compile, and a first engine. Both ways run the one model, so its kernels are
-    chosen once and the compiled graph calls the same ones: the compile is the only difference."""
+def warm_up(model: Llama, eos: list[int], args, kernels: str):
+    """A factory of one way's engines on the model (EngineConfig.kernels), and that way's
+    warm-up cost (seconds, RSS added, graphs made): a first engine, and compiled, the compile.
+    Every way runs the one model; the compiled graph calls the same C kernels as eager, so the
+    compile is the only difference between those two."""
     before, start = rss_bytes(), time.perf_counter()
-    if not compiled:
-        model.choose_kernels((1, args.max_batch))
 
     def new_engine(warmed: bool = True) -> LLMEngine:
         """An engine, warmed up: the first compiles; the next ones find the process's graphs."""
         eng = LLMEngine(model, eos, EngineConfig(
             kv_bytes=settings.KV_CACHE_BYTES, page_size=PAGE_SIZE, max_batch=args.max_batch,
-            max_model_len=settings.MAX_MODEL_LEN, compile_model=compiled),
+            max_model_len=settings.MAX_MODEL_LEN, kernels=kernels),
             profiler=StepProfiler())   # part 1's phases; what timing costs: task 9
         if warmed:
             eng.warm_up()
@@ -152,18 +146,18 @@ def run_workload(new_engine, workload) -> tuple[list, list, float]:
 
 
 def mini_engine_ways(path: str, dtype: str, args, progress):
-    """Parts 1-2's set-up on one model: the eager way (the kernels chosen), then the compiled
-    one where it can be: (the model, way -> (engine factory, warm-up cost), why not compiled
-    or None)."""
-    from mini_engine.compiled import why_not_compiled
+    """Parts 1-2's set-up on one model: the torch way, the eager one with the C kernels, then the
+    compiled one where it can be: (the model, way -> (engine factory, warm-up cost), why not
+    compiled or None)."""
+    from mini_engine.kernels.compiled import why_not_compiled
 
-    progress("Part 1: mini_engine eager (kernels chosen)...")
+    progress("Part 1: mini_engine, torch and its C kernels...")
     model, eos = Llama(path, dtype), eos_token_ids(path)
-    ways = {"eager": warm_up(model, eos, args, compiled=False)}
+    ways = {"torch": warm_up(model, eos, args, "torch"), "eager": warm_up(model, eos, args, "c")}
     why_not = why_not_compiled()
     if not why_not:
         progress("Part 2: mini_engine compiled (compiling at warm-up)...")
-        ways["compiled"] = warm_up(model, eos, args, compiled=True)
+        ways["compiled"] = warm_up(model, eos, args, "compiled")
     return model, ways, why_not
 
 
@@ -173,17 +167,22 @@ def engine_mode(new_engine, warm, passes: list, workload) -> tuple[EngineMode, l
     steps, seqs, seconds = measure.median_pass(passes, lambda p: p[2])
     tokens = [q.output_ids for q in seqs]
     num_tokens = sum(len(t) for t in tokens)
-    split = profile.phase_split(new_engine(), workload[0].prompt_ids, steps)
-    return EngineMode(*warm, split, num_tokens / seconds, num_tokens, seconds), tokens
+    one_request = new_engine()
+    split = profile.phase_split(one_request, workload[0].prompt_ids, steps)
+    chosen = one_request.products
+    return EngineMode(*warm, split, num_tokens / seconds, num_tokens, seconds,
+                      one_request.kernels_used(),
+                      {way: [ms[b] for b in sorted(ms)] for way, ms in chosen.ms.items()}
+                      if chosen else {}), tokens
 
 
 def engine_modes(ways: dict, passes: dict, workload) -> tuple:
-    """Each way's record from its timed passes: (eager, compiled or None, requests whose greedy
-    tokens both ways gave alike)."""
+    """Each way's record from its timed passes: (torch, eager, compiled or None, requests whose
+    greedy tokens eager and compiled gave alike)."""
     found = {name: engine_mode(new_engine, warm, passes[name], workload)
              for name, (new_engine, warm) in ways.items()}
     (eager, eager_tokens), (compiled, tokens) = found["eager"], found.get("compiled", (None, []))
-    return eager, compiled, sum(a == b for a, b in zip(eager_tokens, tokens))
+    return found["torch"][0], eager, compiled, sum(a == b for a, b in zip(eager_tokens, tokens))
 
 
 # --- part 3: vLLM, a fresh process each way, taking turns with mini_engine ---------------------
@@ -279,25 +278,24 @@ def main(argv: list[str] | None = None) -> CompiledStep:
     import torch
     from transformers import AutoTokenizer
 
-    from task_9_build_your_own_engine import make_workload
-
     torch.set_num_threads(settings.num_cores())
     s = Settings(args.requests, args.mean_output, args.max_batch, settings.KV_CACHE_BYTES,
                  PAGE_SIZE, args.vllm_requests, args.vllm_tokens)
     print_header(model_choice, dtype, torch.get_num_threads(), s)
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
     workload = make_workload(tokenizer, args.requests, args.mean_output, settings.SEED)
-    progress = report.progress_clock()
+    progress = measure.progress_clock()
 
     path, dt = model_choice.path, dtype.dtype
     model, ways, why_not = mini_engine_ways(path, dt, args, progress)
     passes, vllm, vllm_skipped = workload_in_turns(path, dt, s, args, ways, workload, why_not,
                                                    progress)
-    eager, compiled, num_identical = engine_modes(ways, passes, workload)
+    torch_way, eager, compiled, num_identical = engine_modes(ways, passes, workload)
     record = CompiledStep(s, profile.machine_bounds(model, dt, list(eager.phases)), eager,
                           compiled, why_not, num_identical, len(workload), vllm, vllm_skipped,
                           header=results.RunHeader.of(model_choice, dtype,
-                                                      torch.get_num_threads()))
+                                                      torch.get_num_threads()),
+                          torch=torch_way)
     del model, ways
     memory.give_memory_back()
     record.attention = attention_sweep(path, dt, s, args, progress)

@@ -31,11 +31,9 @@ import functools
 from common import cli, figures, measure, report, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text, templated
+from lessons.task_14 import FIGURES, vllm_side
 from lessons.task_14 import quality as q
-from lessons.task_14 import vllm_side
-from lessons.task_14.figure import draw_quantized_kv
-from lessons.task_14.record import (Capacity, Quality, QuantizedKV, Settings, Throughput,
-                                    label, summary_row)
+from lessons.task_14.record import Capacity, Quality, QuantizedKV, Settings, Throughput, label
 from lessons.task_14.report import print_report, print_run_info
 from mini_engine import Llama
 from mini_engine.engine import eos_token_ids
@@ -49,7 +47,7 @@ QUICK = {"prompts": 4, "max_tokens": 16, "passage": 128, "load_requests": 6, "lo
 # part 3's prompts: windows of the text this long. A long prompt is what makes memory bind: a
 # request holds its pages from its first step, and a preempted one computes its prompt again
 # (with the lab's short questions both engines ran about as many requests at once in 8 bits as
-# in bf16, preempting and recomputing cheaply: docs/measurements.md, issue 30)
+# in bf16, preempting and recomputing cheaply: docs/measurements.md)
 LOAD_PROMPT_TOKENS = 200
 PAGE = 32             # vLLM's CPU cache refuses 8 bits in blocks of 16 (cpu_attn.py)
 USER_TOKENS = 128     # part 1's user: a request of the lab's max_model_len
@@ -64,10 +62,6 @@ QUESTIONS = ["What is the capital of France?", "Explain what a KV cache is.",
              "Why is the sky blue?", "Give me a tip for learning Python.", "What does a CPU do?",
              "What is a prime number?", "How do plants make food?", "What is an API?",
              "Tell me a fun fact about cats."]
-
-RECORD = QuantizedKV                        # what the lab reads results/<SCRIPT>.json back into
-FIGURES = (("", draw_quantized_kv),)        # results/task_14_quantized_kv.png
-__all__ = ["RECORD", "FIGURES", "summary_row", "main"]
 
 
 def parse_args(argv: list[str] | None):
@@ -93,6 +87,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--no-vllm", action="store_true", help="skip vLLM's side")
     group.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
                        help=f"port of the lab's vLLM server (default {settings.SERVER_PORT})")
+    cli.add_kernels_arg(parser)
     cli.add_model_args(parser)
     args = cli.fill_unset(parser.parse_args(argv), DEFAULTS, QUICK)
     if args.prompts > len(QUESTIONS):
@@ -119,7 +114,16 @@ def settings_of(args, model_path: str, dtype: str, longest: int) -> Settings:
     return Settings(PAGE, settings.KV_CACHE_BYTES, USER_TOKENS, args.prompts, args.max_tokens,
                     args.passage, longest, args.load_mib << 20, args.load_requests,
                     LOAD_PROMPT_TOKENS, args.load_tokens, args.port, not args.no_vllm,
-                    kv_quant.c_path())
+                    kv_read(args.kernels), args.kernels)
+
+
+def kv_read(kernels: str) -> str:
+    """How part 3's mini_engine writes and reads its 8-bit pages, for the report."""
+    from mini_engine.kernels import kv_quant as c_kv
+    if kernels != "torch" and c_kv.available():
+        return "one pass of C each (mini_engine/kernels/kv_quant.c)"
+    return "torch's operations" + (" (--kernels torch)" if kernels == "torch" else
+                                   " (kv_quant.c could not be built here)")
 
 
 def load_windows(tokenizer, text: str, args) -> list[str]:
@@ -177,7 +181,8 @@ def load_in_turns(model, eos, formats: list[tuple[str, str]], dtype: str, load_p
     """Part 3's load in each format, the formats taking turns for `passes` passes; each keeps
     its median pass by tokens/s, with every pass's tokens/s beside it."""
     ways = {kv: functools.partial(q.load_run, model, eos, kv, label(*kv, dtype), load_prompts,
-                                  s.load_tokens, s.load_kv_bytes, s.page_tokens, s.load_requests)
+                                  s.load_tokens, s.load_kv_bytes, s.page_tokens, s.load_requests,
+                                  s.kernels)
             for kv in formats}
     found = measure.in_turns(ways, passes, warm_up=False)
     median = []
@@ -269,7 +274,7 @@ def main(argv: list[str] | None = None) -> QuantizedKV:
     s = settings_of(args, model_choice.path, dtype.dtype, longest)
     header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, path.name, text_note)
-    progress = report.progress_clock()
+    progress = measure.progress_clock()
 
     progress("Parts 1-2: mini_engine, each KV cache format...")
     model, eos = Llama(model_choice.path, dtype.dtype), eos_token_ids(model_choice.path)

@@ -19,8 +19,9 @@ It prints four parts:
 4. Against the real thing: the same workload through vLLM's LLM.generate in this process (the
    lab's settings, the same cap) and transformers' generate in static padded batches (one pass).
 
-Here: setting up and measuring parts 1, 2 and 4. The run's record: lessons/task_9/record.py;
-its report: lessons/task_9/report.py; its figures: lessons/task_9/figure.py.
+Here: setting up and measuring parts 1, 2 and 4. The workload: lessons/task_9/workloads.py; the
+run's record: lessons/task_9/record.py; its report: lessons/task_9/report.py; its figures:
+lessons/task_9/figure.py.
 
     python task_9_build_your_own_engine.py [--requests 48] [--max-batch 16] [--mean-output 10]
         [--seed 0] [--page-size 16] [--kv-bytes 134217728] [--policy both] [--passes 3]
@@ -29,24 +30,20 @@ its report: lessons/task_9/report.py; its figures: lessons/task_9/figure.py.
 from __future__ import annotations
 
 import functools
-import random
 import statistics
 import time
-from dataclasses import dataclass
 
 from common import cli, engine, figures, kv, load, measure, memory, report, results, settings
 from common.shape import ModelShape, torch_dtype
-from lessons.task_9 import figure, profile, record
+from lessons.task_9 import FIGURES, profile, record
 from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
                                    RunSettings, VllmRun, VllmSettings)
 from lessons.task_9.report import print_header, print_report
+from lessons.task_9.workloads import Request, make_workload
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
 from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_9_build_your_own_engine"
-RECORD = OwnEngine                          # the lab reads results/<SCRIPT>.json back as this
-summary_row = record.summary_row            # the summary's cell: "8/8 = HF, 1.65x static, ..."
-FIGURES = figure.FIGURES                    # the batching timeline, the step's phases
 # Part 1: prompts of different lengths (3 to 30 tokens), each generating CHECK_TOKENS greedily.
 CHECK_PROMPTS = [
     "Hi", "The capital of France is", settings.PROMPT, *load.user_prompts(3),
@@ -83,6 +80,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--passes", type=cli.positive_int, default=measure.PASSES,
                        help="timed passes of each policy and of vLLM, taking turns after an "
                             f"untimed round (default {measure.PASSES})")
+    cli.add_kernels_arg(parser)
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
     if settings.MAX_MODEL_LEN % args.page_size:
@@ -104,34 +102,13 @@ def check_budget(args, model_path: str, dtype: str) -> None:
                      f"{settings.MAX_MODEL_LEN} tokens ({need:,} B in {name})")
 
 
-def load_models(model_path: str, dtype: str, batch_sizes) -> tuple[Llama, object]:
-    """The engine's model and transformers' in this dtype; the engine's linear layers' kernels
-    measured at batch_sizes (the warm-up: each kind of layer's fastest kernel here)."""
+def load_models(model_path: str, dtype: str) -> tuple[Llama, object]:
+    """The engine's model and transformers' in this dtype."""
     from transformers import AutoModelForCausalLM
 
     model = Llama(model_path, dtype)
-    model.choose_kernels(batch_sizes)
     return (model,
             AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype(dtype)).eval())
-
-
-@dataclass(frozen=True)
-class Request:
-    prompt_ids: list[int]
-    num_output: int
-
-
-def make_workload(tokenizer, num_requests: int, mean_output: int, seed: int,
-                  max_model_len: int = settings.MAX_MODEL_LEN) -> list[Request]:
-    """The lab's user prompts; output lengths drawn from an exponential distribution (the shape
-    of Anyscale's continuous-batching benchmark), at least 1, capped so prompt + output fit."""
-    rng = random.Random(seed)
-    workload = []
-    for prompt in load.user_prompts(num_requests):
-        ids = tokenizer(prompt)["input_ids"]
-        drawn = max(1, round(rng.expovariate(1 / mean_output)))
-        workload.append(Request(ids, min(drawn, max_model_len - len(ids))))
-    return workload
 
 
 def new_engine(model: Llama, eos_ids, args, policy: str, pad_finished: bool = True) -> LLMEngine:
@@ -139,7 +116,7 @@ def new_engine(model: Llama, eos_ids, args, policy: str, pad_finished: bool = Tr
     return LLMEngine(model, eos_ids, EngineConfig(
         kv_bytes=args.kv_bytes, page_size=args.page_size, max_batch=args.max_batch,
         max_model_len=settings.MAX_MODEL_LEN, policy=policy, pad_finished=pad_finished,
-        seed=args.seed), profiler=StepProfiler())
+        seed=args.seed, kernels=args.kernels), profiler=StepProfiler())
 
 
 # --- part 1: correct -------------------------------------------------------------------------
@@ -280,14 +257,13 @@ def main(argv: list[str] | None = None) -> OwnEngine:
     torch.set_num_threads(settings.num_cores())
     print_header(model_choice, dtype, torch.get_num_threads(), RunSettings.of(args))
     tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
-    eos_ids, progress = eos_token_ids(model_choice.path), report.progress_clock()
+    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
 
     progress("Part 1: the engine against transformers, greedy...")
-    batch_sizes = (1, args.max_batch)   # the linear layers' kernels are measured at these
-    model, hf_model = load_models(model_choice.path, "float32", batch_sizes)
+    model, hf_model = load_models(model_choice.path, "float32")
     correct = check_correctness(model, eos_ids, hf_model, tokenizer, args)
     if dtype.dtype != "float32":   # parts 2-4 run the lab's dtype
-        model, hf_model = load_models(model_choice.path, dtype.dtype, batch_sizes)
+        model, hf_model = load_models(model_choice.path, dtype.dtype)
     workload = make_workload(tokenizer, args.requests, args.mean_output, args.seed)
     hf_run = None if args.no_vllm else run_hf_static(hf_model, tokenizer, workload, args, progress)
     del hf_model                   # vLLM's engine, beside ours, needs the memory it holds
@@ -297,15 +273,15 @@ def main(argv: list[str] | None = None) -> OwnEngine:
                                            vllm_pass, args.passes, progress)
     best = runs.get("continuous") or runs["static"]
     progress("Part 3: timing the phases of a step...")
-    split = profile.phase_split(new_engine(model, eos_ids, args, "continuous"),
-                                workload[0].prompt_ids, steps_of[best.label])
+    one_request = new_engine(model, eos_ids, args, "continuous")
+    split = profile.phase_split(one_request, workload[0].prompt_ids, steps_of[best.label])
     run = OwnEngine(
         header=results.RunHeader.of(model_choice, dtype, torch.get_num_threads()),
         settings=RunSettings.of(args), correctness=correct,
         workload_num_output_tokens=[r.num_output for r in workload], policies=runs,
         timelines={label: record.timeline_record(steps) for label, steps in steps_of.items()},
         phases=split, machine=profile.machine_bounds(model, dtype.dtype, list(split)),
-        linear_choices=profile.linear_choices(model), transformers_static=hf_run,
+        kernels=one_request.kernels_used(), transformers_static=hf_run,
         vllm=vllm_run(vllm, vllm_passes, torch.get_num_threads()) if vllm else None)
     progress("done")
     run.continuous_over_static_spread, run.engine_over_vllm_spread = record.ratios(runs, run.vllm)

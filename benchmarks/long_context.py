@@ -6,18 +6,11 @@ every token asked for is made), through a step budget of 2,048 tokens, a batch c
 128 MiB of KV cache (block 16, the lab's). Each way runs in a fresh process of its own, so that
 neither way's memory, threads or compiled graphs are another's:
 
-    mini-one-call   mini_engine eager, each kind of row (decode, prefill) gathering its context
-                    and attending in one call, padded to its longest context, a prefill's
-                    queries whole: the engine before issue 29
-    mini-gather     mini_engine eager, every context gathered, attention in calls of at most
-                    2,048 context slots (EngineConfig.attention_call_slots), a prefill's queries
-                    in pieces (EngineConfig.prefill_query_chunk): decode_in_place off
-    mini-decode-c   mini_engine eager, decode rows attending in one pass of C that reads the
-                    pages in place (EngineConfig.decode_in_place), prefill rows as mini-gather
-                    (prefill_in_place off)
-    mini-eager      mini_engine eager as it runs by default: every row, decode and prefill,
-                    attends in that pass of C, each over its context up to itself
-    mini-compiled   the same, its decoder layers compiled (EngineConfig.compile_model)
+    mini-torch      mini_engine in plain torch (EngineConfig.kernels "torch"): every context
+                    gathered, attention in calls of a bounded size, a prefill's queries in pieces
+    mini-eager      mini_engine with its C kernels ("c"): every row, decode and prefill, attends
+                    in one pass of C that reads the pages in place
+    mini-compiled   the same, its decoder layers compiled ("compiled")
     vllm-eager      vLLM offline, enforce_eager=True (the lab's setting, the source's)
     vllm-compiled   vLLM offline, its default compilation on a CPU
 
@@ -28,13 +21,12 @@ The ways take turns. Each process is started and set up in turn (model loaded, k
 graphs compiled; one at a time, so that no set-up slows another), then waits; then each runs the
 workload once, untimed, then TIMED_PASSES rounds in which every way runs it once more, one way
 at a time (common/measure.py says why). Each way keeps its fastest timed pass. Ways timed one
-after the other, as this benchmark once did, measured the hour as much as the engine
-(mini-compiled came out 0.92x mini-eager in one such run; a pass of each in one process right
-after, 1.06x). mini_engine's eager ways also time attention with task 9's profiler. The ways'
-processes are all alive together: about 5.5 GB for the default four, more than the lab's 3.5 GB
-(this is a benchmark, not a step of the lab), and each one's peak PSS is its share of what they
-hold together (the libraries' pages they share are split among them), lower than it would be
-alone. Prints one table; results/long_context.json keeps it.
+after the other measured the hour as much as the engine: a ratio of two ways could come out on
+either side of 1 (docs/measurements.md). mini_engine's eager ways also time attention with task
+9's profiler. The ways' processes are all alive together, which takes more memory than the
+lab's 3.5 GB budget (this is a benchmark, not a step of the lab), and each one's peak PSS is its
+share of what they hold together (the libraries' pages they share are split among them), lower
+than it would be alone. Prints one table; results/long_context.json keeps it.
 
     python benchmarks/long_context.py [--ways mini-eager,vllm-eager] [--requests 32]
         [--max-prompt 512] [--max-output 256] [--model M] [--dtype auto|bfloat16|float32]
@@ -52,13 +44,12 @@ from typing import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import cli, measure, report, results, settings  # noqa: E402
-from lessons.task_13.attention import ONE_CALL  # noqa: E402  (never splits a call)
 
 SCRIPT = "long_context"
-WAYS = ("mini-one-call", "mini-gather", "mini-decode-c", "mini-eager", "mini-compiled",
-        "vllm-eager", "vllm-compiled")
-DEFAULT_WAYS = ["mini-eager", "vllm-eager", "mini-compiled", "vllm-compiled"]   # the issue's
-BUDGET = 2048            # tokens a step (max_num_batched_tokens), the issue's workload
+WAYS = ("mini-torch", "mini-eager", "mini-compiled", "vllm-eager", "vllm-compiled")
+KERNELS = {"mini-torch": "torch", "mini-eager": "c", "mini-compiled": "compiled"}
+DEFAULT_WAYS = ["mini-eager", "vllm-eager", "mini-compiled", "vllm-compiled"]   # eager, compiled
+BUDGET = 2048            # tokens a step (max_num_batched_tokens)
 MAX_BATCH = 16           # the lab's cap (max_num_seqs)
 TIMED_PASSES = 2         # rounds timed after the untimed one; each way keeps its fastest
 TIMEOUT_S = 1200         # one process's set-up, or one pass
@@ -104,17 +95,10 @@ def mini_passes(args, work, way: str) -> Callable[[], dict]:
 
     torch.set_num_threads(settings.num_cores())
     model = Llama(args.model_path, args.dtype)
-    model.choose_kernels((1, MAX_BATCH))
     config = EngineConfig(
         kv_bytes=settings.KV_CACHE_BYTES, page_size=settings.BLOCK_SIZE, max_batch=MAX_BATCH,
         max_model_len=args.max_prompt + args.max_output, max_num_batched_tokens=BUDGET,
-        compile_model=way == "mini-compiled",
-        attention_call_slots=(ONE_CALL if way == "mini-one-call"
-                              else EngineConfig.attention_call_slots),
-        prefill_query_chunk=(ONE_CALL if way == "mini-one-call"
-                             else EngineConfig.prefill_query_chunk),
-        decode_in_place=way in ("mini-decode-c", "mini-eager", "mini-compiled"),
-        prefill_in_place=way != "mini-decode-c")
+        kernels=KERNELS[way])
     profiled = way != "mini-compiled"      # the compiled graph runs attention inside it
     eos = eos_token_ids(args.model_path)
     LLMEngine(model, eos, config).warm_up()        # compiles once, for the process
@@ -237,7 +221,7 @@ def main(argv: list[str] | None = None) -> LongContext:
                     AutoConfig.from_pretrained(model_choice.path).vocab_size)
     record = LongContext(header, args.requests, args.max_prompt, args.max_output,
                          sum(len(ids) for ids, _ in work))
-    progress = report.progress_clock()
+    progress = measure.progress_clock()
     record.ways = take_turns(args, progress)
     progress("done")
     print_table(record)
@@ -266,7 +250,7 @@ def print_table(r: LongContext) -> None:
                 "among them)")
     by = {w.name: w.tokens_per_s for w in r.ways}
     for mine, other in (("mini-eager", "vllm-eager"), ("mini-compiled", "vllm-compiled"),
-                        ("mini-eager", "mini-gather"), ("mini-eager", "mini-one-call")):
+                        ("mini-eager", "mini-torch")):
         if mine in by and other in by:
             report.row(f"{mine} / {other}", f"{by[mine] / by[other]:.2f}x")
 

@@ -64,6 +64,14 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                        help="auto = bfloat16 on a CPU with native bf16, else float32")
 
 
+def add_kernels_arg(parser: argparse.ArgumentParser) -> None:
+    """mini_engine's EngineConfig.kernels for the tasks that measure it beside vLLM: "c" by
+    default, since vLLM runs C++ kernels of its own; "torch" shows the mechanisms alone."""
+    parser.add_argument("--kernels", default="c", choices=("torch", "c"),
+                        help="mini_engine's step: c = mini_engine/kernels/ where they build "
+                             "(default), torch = plain torch")
+
+
 def resolve_model_or_fail(model_flag: str | None):
     """The model to run, or one clear line and exit 2."""
     from common.model import ModelNotFound, resolve_model

@@ -9,8 +9,8 @@ together, which is what a 4 GB VM has to hold. RSS would count shared pages twic
 tree comes from psutil too (Process.children(recursive=True)).
 
 Reading PSS is not free: the kernel walks every page of the process to split the shared ones.
-Read four times a second from every process of a step, it slowed the work it measured by a
-seventh and more on 2 cores (docs/measurements.md, "What the memory sampler cost"). So the
+Read four times a second from every process of a step, it slowed the work it measured
+(docs/measurements.md, "What the memory sampler cost"). So the
 sampler reads each process's RSS every interval, which costs next to nothing, and its PSS only
 where the peak can have moved (PeakMemory).
 """
@@ -129,7 +129,7 @@ class PeakMemory(Poller):
 
 def give_memory_back() -> None:
     """Collect, then hand the freed heap back to the OS (glibc's malloc_trim): the many
-    mid-sized buffers of a model and of choose_kernels' candidates, once freed, otherwise stay
+    mid-sized buffers of a model and of its packed weights, once freed, otherwise stay
     with the process, most of a GB of it, beside the vLLM processes a task starts next (tasks 12
     and 13) and counted in the step's peak. Elsewhere than glibc: nothing."""
     gc.collect()

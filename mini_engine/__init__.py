@@ -1,11 +1,10 @@
 """mini_engine: PagedAttention, continuous batching, prefix caching, chunked prefill,
-speculative decoding, a compiled forward and an 8-bit KV cache, built from scratch in plain torch.
+speculative decoding and an 8-bit KV cache, built from scratch in plain torch.
 
-A few hundred lines that do on a CPU what vLLM does: a request's KV cache lives in fixed-size
-pages handed out as it grows (the page allocator of task 4, running for real), the model reads
-the cache through each request's page table, and a scheduler refills a finished request's batch
-slot at the next step. It imports torch, safetensors and the standard library, nothing of the
-lab, so it can be read, copied and tested on its own. Read it in the order a request travels:
+A request's KV cache lives in fixed-size pages handed out as it grows, the model reads it through
+each request's page table, and a scheduler refills a finished request's batch slot at the next
+step. It imports torch, safetensors and the standard library, nothing of the lab, so it can be
+read, copied and tested on its own. Read it in the order a request travels:
 
     config.py         EngineConfig: every setting of the engine, checked when it is made
     sequence.py       a request: its tokens, its page table, its state and its clock
@@ -14,24 +13,19 @@ lab, so it can be read, copied and tested on its own. Read it in the order a req
                       prompts cut into chunks, continuous or static batching, preemption
     proposer.py       speculative decoding's guesser: n-gram lookup in a request's own tokens
     model.py          the Llama forward of SmolLM over a paged KV pool per layer (the caller's)
-    paged_attention.c a step's attention, every row, reading the pages in place (task 13)
     kv_quant.py       the KV cache in 8 bits: a token's bytes, scales a layer or a token, the
-                      pool's write and read, in C (kv_quant.c) (EngineConfig.kv_cache_dtype;
-                      task 14)
-    native.py         builds those C files for this machine, once, and loads them
-    linear.py         how its linear layers are handed to the matmul library, measured here,
-                      or to its own product for a step's few rows (matmul.c; task 13)
-    compiled.py       the decoder layers as one graph of torch.compile, the products and
-                      attention called in it (EngineConfig.compile_model; task 13)
+                      pool's write and read
     sampler.py        the next token: greedy, or temperature with a seeded generator; and
                       the verifier: which guesses the model agrees with
     engine.py         add_request / step / run: schedule, run the model, postprocess; the
                       engine owns its KV pool and hands it to the model
     stats.py          what each step did (StepStats), recorded around the step
     profiler.py       where a step's time goes, phase by phase, for a caller who asks
+    kernels/          what makes the step fast on a CPU, apart: C that reads the pages in
+                      place, the 8-bit cache and the products in C, the forward compiled
+                      (EngineConfig.kernels; kernels/__init__.py)
 
     model = Llama(folder, "bfloat16")
-    model.choose_kernels((1, 16))          # the warm-up: fastest kernels here (optional, ~1 s)
     engine = LLMEngine(model, eos_token_ids(folder), EngineConfig(kv_bytes=128 << 20))
     engine.add_request(prompt_ids, max_tokens=16)
     engine.run()

@@ -4,24 +4,23 @@ forward over every scheduled request's tokens, then the next token of each reque
 known token was computed), postprocess (each token handed to its request; the finished ones
 leave).
 
-Speculative decoding (task 12, EngineConfig.num_speculative_tokens): the scheduler gives each
+Speculative decoding (EngineConfig.num_speculative_tokens): the scheduler gives each
 decoding request up to k guesses of its next tokens (mini_engine/proposer.py, an n-gram lookup in
 its own tokens); the forward computes its last token and the guesses after it as one chunk of
 1 + g rows, their logits checked by the verifier (Sampler.verify); the request keeps the guesses
 the model agrees with and one token of the model's own, and drops the rest with their K/V
-(postprocess). When a step is bound by reading the weights, 1 + g rows cost about what one does.
+(postprocess): when reading the weights bounds a step, 1 + g rows cost about what one does.
 
-Its KV budget is given in bytes, as vLLM's kv_cache_memory_bytes, and cut into whole pages of
-the model's KV bytes per token x page_size (task 2 shows vLLM doing the same with its blocks).
-The pool those pages live in is the engine's (allocate_kv_cache), handed to every forward, not
-the model's: the engine is also its model runner, and in vLLM the runner holds the KV cache
-beside the model, so several engines may share one loaded Llama, each with its own K/V.
+Its KV budget is given in bytes, as vLLM's kv_cache_memory_bytes, and cut into whole pages. The
+pool those pages live in is the engine's (allocate_kv_cache), handed to every forward, not the
+model's: as vLLM's model runner holds the KV cache beside the model, several engines may share
+one loaded Llama, each with its own K/V.
 
-Two things are the caller's to ask for, because they cost time: the linear layers' kernel choice
-(model.choose_kernels, a warm-up of about a second; until then they run F.linear), and the
-time of each phase of a step (a StepProfiler, mini_engine/profiler.py). Without one an engine
-records each step's rows, tokens, pages and seconds (StepStats in engine.steps, kept by a
-StepRecorder, mini_engine/stats.py, that the step calls around its three moves).
+The step runs in plain torch, or with mini_engine/kernels/ (EngineConfig.kernels, which sets
+the engine's product, batch maker, 8-bit pool and forward). The time of each phase of a step is
+the caller's to ask for (a StepProfiler, mini_engine/profiler.py); without one an engine records
+each step's rows, tokens, pages and seconds (StepStats in engine.steps, kept by a StepRecorder,
+mini_engine/stats.py, that the step calls around its three moves).
 """
 from __future__ import annotations
 
@@ -31,11 +30,12 @@ from itertools import accumulate
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
+from mini_engine import kv_quant
 from mini_engine.block_manager import BlockManager, cdiv
 from mini_engine.config import EngineConfig
-from mini_engine import kv_quant
-from mini_engine.model import Llama, RequestChunk, in_place_takes, make_batch
+from mini_engine.model import Llama, RequestChunk, make_batch
 from mini_engine.profiler import NoProfiler, StepProfiler
 from mini_engine.sampler import Sampler
 from mini_engine.scheduler import Scheduler
@@ -61,7 +61,7 @@ class LLMEngine:
         StepProfiler that times the phases of every step."""
         self.model, self.config = model, config
         page_size = config.page_size
-        # task 14: a token's bytes follow from the cache's dtype, its scales included
+        # a token's bytes follow from the cache's dtype, its scales included
         self.kv_bytes_per_token = kv_quant.bytes_per_token(
             model.num_layers, model.num_kv_heads, model.head_dim, config.kv_cache_dtype,
             config.kv_scale, model.dtype)
@@ -70,21 +70,17 @@ class LLMEngine:
             raise ValueError(f"a KV budget of {config.kv_bytes:,} B holds {self.num_pages} pages "
                              f"of {page_size} tokens: not one request of {config.max_model_len} "
                              "tokens")
+        # the torch way; EngineConfig.kernels swaps in mini_engine/kernels/ where they build
+        self.linear, self.in_place, self.compiled, self.products = F.linear, None, None, None
+        self.quantized_pool = kv_quant.QuantizedPool
+        if config.kernels != "torch":
+            from mini_engine import kernels
+            kernels.take(self)
         # one page more than the budget's: a scratch page that static batching's padding rows
         # write into, so they never write into a page another request may share
         self.kv_cache = self.allocate_kv_cache(self.num_pages + 1)
         self.scratch_slot = self.num_pages * page_size
-        # task 13: the decoder layers as one compiled graph (mini_engine/compiled.py, warm_up)
-        self.compiled = None
-        if config.compile_model:
-            from mini_engine.compiled import CompiledForward   # imports torch's compiler
-            self.compiled = CompiledForward(model)
         self.forward = self.compiled.forward if self.compiled else model.forward
-        # task 13: attention in C, reading the pages in place, where it takes the model and the
-        # pool is not in 8 bits (an 8-bit pool is read back by its own gather: kv_quant.py)
-        self.in_place = (config.decode_in_place and config.kv_cache_dtype == "auto"
-                         and in_place_takes(model.dtype, model.num_heads, model.num_kv_heads,
-                                            model.head_dim))
         self.block_manager = BlockManager(self.num_pages, page_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.sampler = Sampler(eos_ids, config.seed)
@@ -93,23 +89,31 @@ class LLMEngine:
         self.sequences: list[Sequence] = []
         self.steps: list[StepStats] = self.recorder.steps
 
+    def kernels_used(self) -> dict[str, str]:
+        """What this engine runs, part by part, for a report."""
+        pool = type(self.kv_cache[0]).__name__
+        return {"attention": "C, pages in place" if self.in_place else "torch, gathered + SDPA",
+                "products": self.products.name if self.products else "F.linear",
+                "8-bit cache": {"CQuantizedPool": "C", "QuantizedPool": "torch"}.get(pool, "-"),
+                "forward": "compiled" if self.compiled else "eager"}
+
     def allocate_kv_cache(self, num_pages: int) -> list[torch.Tensor]:
         """This engine's own pools, one a layer (Llama.kv_cache_shape), handed to every forward.
         The engine holds them and the model none, as vLLM's model runner does: a second engine on
         the same Llama allocates its own and leaves this one's K/V alone."""
         c, m = self.config, self.model
-        if c.kv_cache_dtype != "auto":        # task 14: 8-bit values, and their scales
-            return [kv_quant.QuantizedPool.allocate(num_pages * c.page_size, m.num_kv_heads,
-                                                    m.head_dim, c.kv_cache_dtype, c.kv_scale)
+        if c.kv_cache_dtype != "auto":        # 8-bit values, and their scales
+            return [self.quantized_pool.allocate(num_pages * c.page_size, m.num_kv_heads,
+                                                 m.head_dim, c.kv_cache_dtype, c.kv_scale)
                     for _ in m.layers]
         shape = m.kv_cache_shape(num_pages, c.page_size)
         return [torch.zeros(shape, dtype=m.dtype) for _ in m.layers]
 
     def warm_up(self):
-        """compile_model: compile the graph every step runs before the first step, by running a
-        forward of 1 row and one of 2 (mini_engine/compiled.py: one row runs as two, so both are
+        """kernels "compiled": compile the graph every step runs before the first step, by running
+        a forward of 1 row and one of 2 (kernels/compiled.py: one row runs as two, so both are
         the graph for T >= 2) into the scratch page, which no request reads. Returns its WarmUp
-        (seconds, graphs made); None without compile_model, where there is nothing to warm."""
+        (seconds, graphs made); None otherwise, where there is nothing to warm."""
         if self.compiled is None:
             return None
         page_size, scratch_page = self.config.page_size, self.num_pages
@@ -118,7 +122,7 @@ class LLMEngine:
                                                self.scratch_slot)])
                    for n in (1, 2)]
         with torch.inference_mode():
-            return self.compiled.warm_up(batches, self.kv_cache)
+            return self.compiled.warm_up(batches, self.kv_cache, self.linear)
 
     def add_request(self, prompt_ids: list[int], max_tokens: int, min_tokens: int = 0,
                     temperature: float = 0.0) -> Sequence:
@@ -158,7 +162,7 @@ class LLMEngine:
         num_scheduled_tokens (all its tokens after admission or preemption when they fit the
         budget, a chunk of them when not, else the last one); it makes a token only if they
         reach its last known token (the logits of an earlier chunk's last row are not even
-        computed): [] for a chunk short of it. A decoding request with guesses (task 12)
+        computed): [] for a chunk short of it. A decoding request with guesses
         computes its last token and the guesses after it, and keeps 1 to g + 1 tokens
         (Sampler.verify). A padding row recomputes its last cached token, writing its K/V into
         the scratch slot; it is sampled like a decode (its token thrown away), so that a seeded
@@ -175,7 +179,7 @@ class LLMEngine:
             chunks.append(RequestChunk(s.token_ids[s.num_cached:end] + s.spec_token_ids,
                                        s.num_cached, s.page_table, num_logits=num_logits))
         batch = self.batch_of(chunks)
-        logits = self.forward(batch, self.kv_cache, self.profiler)   # (rows wanted, V)
+        logits = self.forward(batch, self.kv_cache, self.profiler, self.linear)   # (rows, V)
         self.profiler.mark("forwarded")
         new_ids = self.sample(seqs, chunks, logits)
         self.profiler.mark("sampled")
@@ -183,10 +187,8 @@ class LLMEngine:
 
     def batch_of(self, chunks: list[RequestChunk]):
         """The forward's inputs for these chunks, attending as this engine's settings say."""
-        c = self.config
-        return make_batch(chunks, c.page_size, self.model.heads_per_kv, self.model.dtype,
-                          c.attention_call_slots, in_place=self.in_place,
-                          query_chunk=c.prefill_query_chunk, prefill_in_place=c.prefill_in_place)
+        return make_batch(chunks, self.config.page_size, self.model.heads_per_kv,
+                          self.model.dtype, in_place=self.in_place)
 
     def sample(self, seqs: list[Sequence], chunks: list[RequestChunk], logits: torch.Tensor
                ) -> list[list[int]]:
@@ -197,7 +199,7 @@ class LLMEngine:
         plain = [i for i, c in enumerate(chunks) if c.num_logits == 1]
         eos_ok = [len(seqs[i].output_ids) >= seqs[i].min_tokens for i in plain]
         rows = [first[i] for i in plain]
-        # without guesses every row is plain, in order: its logits need no copy (0.27 ms at 16)
+        # without guesses every row is plain, in order: its logits need no copy
         tokens = self.sampler(logits if rows == list(range(len(logits))) else logits[rows],
                               [seqs[i].temperature for i in plain], eos_ok)
         new_ids = [[] for _ in seqs]

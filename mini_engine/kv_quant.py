@@ -1,4 +1,4 @@
-"""The KV cache in 8 bits (task 14): half the bytes a token, and the scales that make it usable.
+"""The KV cache in 8 bits: half the bytes a token, and the scales that make it usable.
 
 A token's K and V cost 2 x layers x kv_heads x head_dim values; SmolLM2-135M stores 11,520 of
 them, 23,040 B in bf16. Stored as fp8 they take 11,520 B, and the same budget holds about twice
@@ -13,8 +13,7 @@ back when read. Where the scale lives is the design (EngineConfig.kv_scale):
               computed when the token is written: its largest magnitude over the head's 64
               dims maps to the format's largest value (nano-vllm's kv_quant.py keeps int8 with
               the same granularity). Each scale is stored in bf16, 2 B: SmolLM's 180 scales a
-              token cost 360 B, so a token costs 11,880 B and the budget holds 1.94x the
-              tokens of bf16 (fp32 scales would cost 720 B: 1.88x).
+              token cost 360 B: a token costs 11,880 B, 1.94x the tokens of bf16 in a budget.
 
 Why fp8 and not int8: vLLM's CPU cache offers fp8 (e4m3 and e5m2) and no int8, and with one
 format in both engines the scale's granularity is the only thing that changes between them. An
@@ -25,23 +24,14 @@ with "token", scales [slots, 2, kv_heads] in bf16, the scales beside the values 
 slot, so that a page keeps its scales wherever it is shared, rolled back or reused. Attention
 writes through write() and reads a context back through read(): the gather reads 8-bit values,
 and only the context being attended is turned back into the model's dtype (dequantizing the
-whole pool each step would cost a pass over every page, used or not). Where this machine has a C
-compiler, each is one pass of a few lines of C (kv_quant.c, built once for this CPU by
-native.py): the write quantizes each row's heads straight into their slot, the read gathers,
-converts, scales and rounds. Where it has none, torch does the same in many small operations:
-about fourteen to write a layer, and four passes to read (the gather, a table of every pair of
-8-bit values, the scales' gather, the multiply). Both give the same bits
-(tests/test_kv_quant.py).
+whole pool each step would cost a pass over every page). kernels/kv_quant.py does the write and
+the read each in one pass of C, with the same bits (tests/engine/test_kv_quant.py).
 """
 from __future__ import annotations
 
-import ctypes
 import functools
-from typing import Callable, NamedTuple
 
 import torch
-
-from mini_engine import native
 
 KV_CACHE_DTYPES = {"auto": None, "fp8": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 KV_SCALES = ("layer", "token")
@@ -66,17 +56,10 @@ def bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, kv_cache_dtyp
 
 class QuantizedPool:
     """One layer's 8-bit K and V, and their scales (None: one scale a layer, 1.0)."""
-    __slots__ = ("values", "scales", "largest", "_c_pool")
-
     def __init__(self, values: torch.Tensor, scales: torch.Tensor | None):
         self.values = values        # (slots, 2, kv_heads, head_dim), fp8
         self.scales = scales        # (slots, 2, kv_heads), bf16; None with kv_scale "layer"
         self.largest = torch.finfo(values.dtype).max       # 448 (e4m3) or 57,344 (e5m2)
-        # what the C is told about the pool on every call, worked out once: a layer's write and
-        # its reads run 30 times a step, and each Python step of a call costs about a microsecond
-        self._c_pool = (values.view(torch.uint8).data_ptr(),
-                        None if scales is None else scales.data_ptr(),
-                        values.shape[0], int(values.dtype == torch.float8_e5m2))
 
     @classmethod
     def allocate(cls, num_slots: int, kv_heads: int, head_dim: int, kv_cache_dtype: str,
@@ -88,25 +71,7 @@ class QuantizedPool:
         return cls(values, scales)
 
     def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store the rows' K and V (T, kv_heads, head_dim) at their slots, in 8 bits: in one pass
-        of kv_quant.c where it could be built, else with torch (write_with_torch)."""
-        kernels = c_kernels()
-        if kernels is None or k.dtype not in (torch.bfloat16, torch.float32) or not slots.numel():
-            return self.write_with_torch(slots, k, v)
-        slots = slots.to(torch.int64).contiguous()
-        # the C reads each row's heads as one run of kv_heads x head_dim values; a row may
-        # start anywhere (k and v are slices of the projection's output rows)
-        k, v = (x if x.stride(-1) == 1 and x.stride(-2) == x.shape[-1] else x.contiguous()
-                for x in (k, v))
-        values, scales, num_slots, e5m2 = self._c_pool
-        _, _, heads, dim = self.values.shape
-        self.raise_if_bad(slots, kernels.write(
-            k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), int(k.dtype == torch.bfloat16),
-            slots.data_ptr(), slots.shape[0], num_slots, heads, dim, values, scales, e5m2,
-            self.largest, torch.get_num_threads()))
-
-    def write_with_torch(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """The same write in torch's operations."""
+        """Store the rows' K and V (T, kv_heads, head_dim) at their slots, in 8 bits."""
         kv = torch.stack((k, v), dim=1).float()                           # (T, 2, KVH, D)
         if self.scales is not None:
             # the head's largest magnitude maps to the format's largest value; an all-zero
@@ -119,33 +84,13 @@ class QuantizedPool:
         self.values.view(torch.uint8).index_copy_(0, slots, quantized.view(torch.uint8))
 
     def read(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The K and V at these slots, (n, 2, kv_heads, head_dim), back in the model's dtype:
-        in one pass of kv_quant.c where it could be built, else with torch (read_with_torch)."""
-        kernels = c_kernels()
-        if kernels is None or dtype not in (torch.bfloat16, torch.float32) or not slots.numel():
-            return self.read_with_torch(slots, dtype)
-        slots = slots.to(torch.int64).contiguous()
-        _, kv, heads, dim = self.values.shape
-        out = torch.empty(slots.shape[0], kv, heads, dim, dtype=dtype)
-        values, scales, num_slots, e5m2 = self._c_pool
-        self.raise_if_bad(slots, kernels.read(
-            values, scales, slots.data_ptr(), slots.shape[0], num_slots, kv * heads, dim, e5m2,
-            int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads()))
-        return out
-
-    def read_with_torch(self, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The same read in four passes of torch: gather, values, scales, multiply."""
+        """The K and V at these slots, (n, 2, kv_heads, head_dim), back in dtype: gather,
+        values, scales, multiply."""
         raw = self.values.index_select(0, slots)             # 8-bit rows: half bf16's bytes
         kv = dequantize(raw, dtype)
         if self.scales is not None:
             kv = kv * self.scales.index_select(0, slots).to(dtype)[..., None]
         return kv
-
-    def raise_if_bad(self, slots: torch.Tensor, bad: int) -> None:
-        """The C checks every slot before it writes or reads, and returns where the first one
-        outside the pool is (-1: none); that is an IndexError, as torch's indexing raises."""
-        if bad >= 0:
-            raise IndexError(f"slot {int(slots[bad])} out of the pool's {self.values.shape[0]}")
 
 
 @functools.cache
@@ -158,37 +103,9 @@ def pair_table(fp8: torch.dtype, dtype: torch.dtype) -> torch.Tensor:
 
 
 def dequantize(raw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """8-bit values (last dim even) in dtype, two at a time through pair_table. torch's own
-    conversion (raw.to(dtype)) runs value by value: on the AVX-512 EPYC it took 4.8x as long as
-    this lookup for a decode step's contexts, a lookup of single values 1.5x as long (issue 30,
-    docs/measurements.md). The result is bit for bit the conversion's (tests/test_kv_quant.py)."""
+    """8-bit values (last dim even) in dtype, two at a time through pair_table: torch's own
+    conversion (raw.to(dtype)) runs value by value, several times slower (docs/measurements.md).
+    The result is bit for bit the conversion's (tests/engine/test_kv_quant.py)."""
     codes = raw.view(torch.int16).int() & 0xFFFF            # the pair's two bytes, unsigned
     table = pair_table(raw.dtype, dtype)
     return table.index_select(0, codes.flatten()).view(dtype).view(raw.shape)
-
-
-# --- the write and the read in one pass each: kv_quant.c, built for this machine (native.py) --
-class CKernels(NamedTuple):
-    write: Callable     # write_kv8
-    read: Callable      # read_kv8
-
-
-@functools.cache
-def c_kernels() -> CKernels | None:
-    """kv_quant.c's write_kv8 and read_kv8, or None where it could not be built: torch then
-    writes and reads."""
-    loaded = native.library("kv_quant.c")
-    if loaded is None:
-        return None
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    loaded.write_kv8.argtypes = [p, i64, p, i64, i32, p, i64, i64, i64, i64, p, p, i32,
-                                 ctypes.c_float, i32]
-    loaded.read_kv8.argtypes = [p, p, p, i64, i64, i64, i64, i32, i32, p, i32]
-    loaded.write_kv8.restype = loaded.read_kv8.restype = i64
-    return CKernels(loaded.write_kv8, loaded.read_kv8)
-
-
-def c_path() -> str:
-    """How this machine writes and reads the 8-bit cache, for a report."""
-    return ("one pass of C each (kv_quant.c)" if c_kernels() is not None else
-            "torch's operations (kv_quant.c could not be built here)")

@@ -4,46 +4,42 @@ Every token of a step, prefill and decode of different requests alike, is one ro
 the linear layers run on all of them at once. Only attention needs to know which request a row
 belongs to. Its K and V go into a pool of pages, [num_pages, page_size, 2 (K, V), kv_heads,
 head_dim] per layer, through the slot mapping (vLLM's reshape_and_cache); each request then reads
-its context back through its page table (vLLM's block table) and attends to it under a causal
-mask. Every row of a step attends in one pass of C that reads each request's pages where they
-are (paged_attention.c, EngineConfig.decode_in_place and prefill_in_place), as vLLM's CPU kernel
-does: each row one query over its context up to its own position. Where the C cannot be built,
-where the model's shapes are past its limits, or where the pool is in 8 bits, requests decoding
-one token and requests prefilling several attend apart, as vLLM's attention backends split
-decode from prefill (a decode step pads no query), each gathering its context and attending with
-torch's SDPA, in calls of a bounded size (split_by_context). The pools
-are not the model's: whoever runs it allocates them and hands them to forward, as vLLM's model
-runner (nano-vllm's ModelRunner.allocate_kv_cache) keeps the KV cache beside the model, not in
-it. A model that held them would be one pool shared by every engine built on it.
+its context back through its page table (vLLM's block table) and attends to it. Requests decoding
+one token and requests prefilling several attend apart, as vLLM's attention backends split decode
+from prefill (a decode pads no query): each group's contexts are gathered from their pages and
+attended with torch's SDPA under a mask. mini_engine/kernels/ has the C that reads the pages in
+place instead; make_batch takes it where the engine asks.
+
+The pools are not the model's: whoever runs it allocates them and hands them to forward, as
+vLLM's model runner keeps the KV cache beside the model. A model that held them would be one pool
+shared by every engine built on it.
 
 The weights come from the model folder's safetensors files (transformers' names, its formulas
-for RMSNorm and RoPE, so the tokens match it exactly). The linear layers run F.linear until
-choose_kernels measures, on this CPU, which way of handing them to the matmul library is fastest
-(mini_engine/linear.py): the maths is the same, the speed is the machine's.
+for RMSNorm and RoPE, so the tokens match it exactly).
 """
 from __future__ import annotations
 
-import ctypes
-import functools
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from mini_engine import linear as lin
-from mini_engine import native
-from mini_engine.config import EngineConfig
 from mini_engine.kv_quant import QuantizedPool
 
 if TYPE_CHECKING:
     from mini_engine.profiler import StepProfiler
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (x, weight) -> x @ weight.T
+# A gathered SDPA call reads at most CALL_SLOTS padded context slots, and a prefill's queries
+# go in pieces of QUERY_CHUNK: SDPA computes the whole rectangle of queries x context and masks
+# half away. Both bound the copy and the waste at long contexts (docs/measurements.md).
+CALL_SLOTS = 2048
+QUERY_CHUNK = 64
 
 
 # --- one step's inputs ---------------------------------------------------------------------------
@@ -71,27 +67,20 @@ class GroupMember(NamedTuple):
 
 @dataclass
 class Group:
-    """Requests that attend together: B requests of at most Q new tokens each, over contexts of at
-    most L tokens. In place (in_place_group), every row of a step in one group, each over its own
-    context, nothing padded. Gathered (make_group), decoding requests (Q = 1) attend apart from
-    prefilling ones, each kind in groups of a bounded number of padded context slots
-    (split_by_context)."""
+    """Requests that attend in one SDPA call: B requests of at most Q new tokens each, over
+    contexts of at most L tokens, gathered from their pages and padded to the longest."""
     query_rows: torch.Tensor     # (B*Q,) row of each request's q-th new token (a shorter request
-                                 # repeats its last row; those queries are computed, then
-                                 # dropped); in place: (n,) the rows, in order
+                                 # repeats its last row; those queries are computed, then dropped)
     context_slots: torch.Tensor  # (B*L,) pool slot of each request's context position
-    mask: torch.Tensor | None    # (B, 1, G*Q, L) additive, one copy per query head of a KV head:
+    mask: torch.Tensor           # (B, 1, G*Q, L) additive, one copy per query head of a KV head:
                                  # 0 where the query at position p sees context position <= p
     valid: torch.Tensor | None   # (n,) which of the B*Q queries are real (None: all of them)
     out_rows: torch.Tensor       # (n,) the row each real query's output goes to
     num_requests: int
     num_queries: int
     context_len: int
-    context_lens: torch.Tensor   # (B,) each request's own context length (L is the longest);
-                                 # in place: (n,) each row's, its own position + 1
-    in_place: bool = False       # every row of it attends in paged_attention.c: query_rows and
-                                 # out_rows are its rows, in order; no mask, nothing padded
-    requests: torch.Tensor | None = None   # in place: (n,) each row's request, its slots' row
+    context_lens: torch.Tensor   # (B,) each request's own context length (L is the longest)
+    in_place = False             # kernels/attention.py's InPlaceGroup reads the pages itself
 
 
 @dataclass
@@ -100,8 +89,8 @@ class Batch:
     input_ids: torch.Tensor      # (T,)
     positions: torch.Tensor      # (T,) position of each row in its request
     slot_mapping: torch.Tensor   # (T,) pool slot each row's K/V is written to
-    groups: list[Group]          # one in place (every row); or, gathered, decode and prefill
-                                 # apart, each in calls of a bounded size
+    groups: list                 # Groups, decode and prefill apart, in calls of a bounded
+                                 # size; or kernels/attention.py's one InPlaceGroup
     logit_rows: torch.Tensor     # (S,) the rows whose logits are wanted: each request's last
                                  # num_logits rows (none for a chunk short of its prompt's end)
     num_rows: int
@@ -142,24 +131,10 @@ def make_group(members: list[GroupMember], page_size: int, heads_per_kv: int,
                  rows[valid], len(members), num_q, num_ctx, first_pos + lengths)
 
 
-def in_place_group(members: list[GroupMember], page_size: int) -> Group:
-    """Every row of these requests for paged_attention.c, in the members' order: each row a
-    query over its own request's context up to its own position. A row's context length is
-    where it stops, so nothing is padded or masked, and a prefill is causal by its lengths."""
-    counts = torch.tensor([m.num_queries for m in members])
-    num_ctx = max(m.start_pos + m.num_queries for m in members)
-    rows = torch.cat([torch.arange(m.first_row, m.first_row + m.num_queries) for m in members])
-    lens = torch.cat([torch.arange(m.start_pos + 1, m.start_pos + m.num_queries + 1)
-                      for m in members])
-    return Group(rows, context_slots(members, page_size, num_ctx).flatten(), None, None, rows,
-                 len(members), int(counts.max()), num_ctx, lens, in_place=True,
-                 requests=torch.repeat_interleave(torch.arange(len(members)), counts))
-
-
 def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[GroupMember]]:
     """Members in calls of at most call_slots padded context slots (a call's requests x its
     longest context; one request alone may have more), neighbours by context length so that
-    little is padded. One call keeps the rows' own order. Why calls are bounded: config.py."""
+    little is padded. One call keeps the rows' own order. Why calls are bounded: CALL_SLOTS."""
     ends = [m.start_pos + m.num_queries for m in members]
     if not members or len(members) * max(ends) <= call_slots:
         return [members] if members else []
@@ -172,19 +147,13 @@ def split_by_context(members: list[GroupMember], call_slots: int) -> list[list[G
 
 
 def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1,
-               dtype: torch.dtype = torch.float32,
-               call_slots: int = EngineConfig.attention_call_slots,
-               in_place: bool = EngineConfig.decode_in_place,
-               query_chunk: int = EngineConfig.prefill_query_chunk,
-               prefill_in_place: bool = EngineConfig.prefill_in_place) -> Batch:
-    """Every request's chunk as rows of one batch, its K/V slots, and its attention groups.
-    in_place: the decode requests attend in paged_attention.c, in one group (it pads nothing, so
-    the group is not cut into calls); with prefill_in_place, every row does, all in one group in
-    the rows' order. The caller asks for it only where the C takes the model (in_place_takes)
-    and the pool is not in 8 bits. Where the library could not be built, decode requests are cut
-    into calls of at most call_slots, as prefill requests always are when they gather.
-    query_chunk: a gathered prefill's queries go into pieces of at most this many, each a member
-    of its own, over the context up to its last position (why: config.py)."""
+               dtype: torch.dtype = torch.float32, call_slots: int = CALL_SLOTS,
+               query_chunk: int = QUERY_CHUNK,
+               in_place: Callable[[list[GroupMember], int], list] | None = None) -> Batch:
+    """Every request's chunk as rows of one batch, its K/V slots, and its attention groups:
+    decode requests apart from prefill ones, a prefill's queries in pieces of at most
+    query_chunk, each kind in calls of at most call_slots. in_place: a function of the members
+    and the page size that makes the groups instead (kernels/attention.py's in_place_groups)."""
     rows_ids, rows_pos, rows_slot, members = [], [], [], []
     for chunk in chunks:
         members.append(GroupMember(len(rows_ids), len(chunk.token_ids), chunk.start_pos,
@@ -194,68 +163,21 @@ def make_batch(chunks: list[RequestChunk], page_size: int, heads_per_kv: int = 1
             rows_pos.append(pos)
             rows_slot.append(chunk.page_table[pos // page_size] * page_size + pos % page_size
                              if chunk.write_slot is None else chunk.write_slot)
-    in_place = in_place and in_place_kernel() is not None
-    if in_place and prefill_in_place:
-        groups = [in_place_group(members, page_size)] if members else []
+    if in_place is not None:
+        groups = in_place(members, page_size)
     else:
         decode = [m for m in members if m.num_queries == 1]
         prefill = [GroupMember(m.first_row + q, min(query_chunk, m.num_queries - q),
                                m.start_pos + q, m.page_table)    # a prefill's queries in pieces
                    for m in members if m.num_queries > 1
                    for q in range(0, m.num_queries, query_chunk)]
-        groups = ([in_place_group(decode, page_size)] if in_place and decode else
-                  [make_group(part, page_size, heads_per_kv, dtype)
-                   for part in split_by_context(decode, call_slots)])
-        groups += [make_group(part, page_size, heads_per_kv, dtype)
-                   for part in split_by_context(prefill, call_slots)]
+        groups = [make_group(part, page_size, heads_per_kv, dtype)
+                  for kind in (decode, prefill) for part in split_by_context(kind, call_slots)]
     ends = torch.tensor([len(c.token_ids) for c in chunks]).cumsum(0).tolist()
     logit_rows = torch.tensor([row for c, end in zip(chunks, ends)
                                for row in range(end - c.num_logits, end)], dtype=torch.long)
     return Batch(torch.tensor(rows_ids), torch.tensor(rows_pos), torch.tensor(rows_slot),
                  groups, logit_rows, len(rows_ids))
-
-
-# --- attention in one pass of C (paged_attention.c) -------------------------------------------
-@functools.cache
-def in_place_kernel():
-    """paged_attention.c's paged_attention, built for this machine (native.py), or None where it
-    cannot be: every group then gathers and attends with SDPA."""
-    loaded = native.library("paged_attention.c")
-    if loaded is None:
-        return None
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    kernel = loaded.paged_attention
-    kernel.argtypes = [p, i64, p, p, p, p, i64, p, i64, i64, i64, i64, ctypes.c_float, i32, p,
-                       i32]
-    kernel.restype = None
-    return kernel
-
-
-def in_place_takes(dtype: torch.dtype, num_heads: int, num_kv_heads: int, head_dim: int) -> bool:
-    """Whether paged_attention.c takes a model of this dtype and these heads (its limits)."""
-    return (in_place_kernel() is not None and dtype in (torch.float32, torch.bfloat16)
-            and head_dim % 16 == 0 and head_dim <= 128 and num_heads // num_kv_heads <= 8
-            and num_kv_heads <= 16)
-
-
-def attend_in_place(q: torch.Tensor, g: Group, pool: torch.Tensor, num_kv_heads: int
-                    ) -> torch.Tensor:
-    """(n, H*D): each row's query (a row of q, (T, H, D)) over its request's context up to its
-    own position, read from the pool (kv_cache_shape) where it is."""
-    _, H, D = q.shape
-    if (isinstance(pool, QuantizedPool) or not in_place_takes(q.dtype, H, num_kv_heads, D)
-            or pool.dtype != q.dtype
-            or q.stride(-1) != 1 or q.stride(-2) != D or not pool.is_contiguous()):
-        raise ValueError(f"paged_attention.c does not take q {tuple(q.shape)} {q.dtype} over "
-                         f"this pool ({type(pool).__name__}): make the batch with "
-                         "in_place=False")
-    n = len(g.query_rows)
-    out = q.new_empty(n, H * D)
-    in_place_kernel()(q.data_ptr(), q.stride(0), g.query_rows.data_ptr(), g.requests.data_ptr(),
-                      pool.data_ptr(), g.context_slots.data_ptr(), g.context_len,
-                      g.context_lens.data_ptr(), n, num_kv_heads, H // num_kv_heads, D, D ** -0.5,
-                      int(q.dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads())
-    return out
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -294,27 +216,18 @@ class LlamaShape:
 class DecoderLayer:
     """One decoder layer: attention then the MLP, each behind an RMSNorm, each added back to x."""
     input_norm: torch.Tensor     # (C,) RMSNorm weight before attention
-    qkv: lin.Linear              # C -> (H + 2 KVH) * D: q, k and v
-    o: lin.Linear                # H * D -> C
+    qkv: torch.Tensor            # (H + 2 KVH) * D x C: q, k and v as one weight, as vLLM fuses
+    o: torch.Tensor              # C x H * D
     post_norm: torch.Tensor      # (C,) RMSNorm weight before the MLP
-    gate_up: lin.Linear          # C -> 2 * I: gate and up
-    down: lin.Linear             # I -> C
+    gate_up: torch.Tensor        # 2 * I x C: gate and up as one weight
+    down: torch.Tensor           # C x I
 
     LINEARS = ("qkv", "o", "gate_up", "down")
 
 
-LAYER_KINDS = (*DecoderLayer.LINEARS, "lm_head")
-
-
-def apply_linear(layer: lin.Linear, x: torch.Tensor) -> torch.Tensor:
-    """x (T, in) -> (T, out) through the layer's kernel."""
-    return layer(x)
-
-
 class Llama:
-    def __init__(self, folder: str, dtype: str = "float32", *, linear: str = "F.linear"):
-        """dtype: "float32" or "bfloat16"; linear: the kernel every linear layer runs until
-        choose_kernels measures (a label of linear.py: "F.linear", "oneDNN packed, unfused"...)."""
+    def __init__(self, folder: str, dtype: str = "float32"):
+        """dtype: "float32" or "bfloat16"."""
         self.config = json.loads((Path(folder) / "config.json").read_text())   # as read
         self.shape = LlamaShape.from_config(self.config)
         self.dtype_name, self.dtype = dtype, DTYPES[dtype]
@@ -327,22 +240,17 @@ class Llama:
         w = {name.removeprefix("model."): t.to(self.dtype) for name, t in w.items()}
         self.embed = w["embed_tokens.weight"]                                  # (V, C)
         self.final_norm = w["norm.weight"]
-        self.lm_head = lin.build([w.get("lm_head.weight", self.embed)], linear)   # tied in SmolLM
+        self.lm_head = w.get("lm_head.weight", self.embed)                     # tied in SmolLM
         self.layers = []
         for i in range(self.num_layers):
             p = f"layers.{i}."
             self.layers.append(DecoderLayer(
                 input_norm=w[p + "input_layernorm.weight"],
-                qkv=lin.build([w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"], linear),
-                o=lin.build([w[p + "self_attn.o_proj.weight"]], linear),
+                qkv=torch.cat([w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]),
+                o=w[p + "self_attn.o_proj.weight"],
                 post_norm=w[p + "post_attention_layernorm.weight"],
-                gate_up=lin.build([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]],
-                                  linear),
-                down=lin.build([w[p + "mlp.down_proj.weight"]], linear)))
-        self.linear_labels = dict.fromkeys(LAYER_KINDS, linear)
-        self.linear_choices: dict[str, lin.Choice] = {}   # filled by choose_kernels
-        self.linear_batch_sizes: list[int] = []
-        self.linear_choice_s = 0.0
+                gate_up=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]),
+                down=w[p + "mlp.down_proj.weight"]))
         # RoPE tables, as transformers computes them (float32, cat(freqs, freqs))
         d = self.head_dim
         inv_freq = 1.0 / (self.shape.rope_theta
@@ -363,32 +271,14 @@ class Llama:
         """2 (K and V) x layers x KV heads x head_dim x bytes: SmolLM fp32 46,080 B, bf16 23,040."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype.itemsize
 
-    def choose_kernels(self, batch_sizes) -> dict[str, lin.Choice]:
-        """The warm-up: measure every candidate kernel of linear.py on this model's layers at
-        these batch sizes (the engine's: 1 and its cap) and rebuild each kind of layer with the
-        fastest. About a second on SmolLM-135M; the tokens do not change, only the speed."""
-        if self.linear_choices:
-            raise RuntimeError(f"kernels already chosen (at batch {self.linear_batch_sizes}); "
-                               "load the model again to choose anew")
-        start = time.perf_counter()
-        layers = {kind: [getattr(layer, kind).parts() for layer in self.layers]
-                  for kind in DecoderLayer.LINEARS} | {"lm_head": [self.lm_head.parts()]}
-        self.linear_batch_sizes = sorted(set(batch_sizes))
-        self.linear_choices, built = lin.choose(layers, self.dtype, self.linear_batch_sizes)
-        del layers
-        for i, layer in enumerate(self.layers):
-            for kind in DecoderLayer.LINEARS:
-                setattr(layer, kind, built[kind][i])
-        self.lm_head = built["lm_head"][0]
-        self.linear_labels = {kind: c.chosen for kind, c in self.linear_choices.items()}
-        self.linear_choice_s = time.perf_counter() - start
-        return self.linear_choices
+    def linear_weights(self) -> list[torch.Tensor]:
+        """Every weight a linear layer multiplies by, the LM head's last."""
+        return [getattr(layer, kind) for layer in self.layers
+                for kind in DecoderLayer.LINEARS] + [self.lm_head]
 
     def kv_cache_shape(self, num_pages: int, page_size: int) -> tuple[int, ...]:
-        """The shape of one layer's pool, K and V side by side: [num_pages, page_size, 2,
-        kv_heads, head_dim] (one gather reads both). Whoever runs the model allocates the pools
-        (mini_engine/engine.py) and hands them to forward: the model keeps none, so two engines
-        on one model keep their own K/V."""
+        """One layer's pool, K and V side by side (one gather reads both): [num_pages,
+        page_size, 2, kv_heads, head_dim]. The engine allocates it; the model keeps none."""
         return (num_pages, page_size, 2, self.num_kv_heads, self.head_dim)
 
     # --- the forward ------------------------------------------------------------------------
@@ -409,7 +299,7 @@ class Llama:
                   ) -> torch.Tensor:
         """q (T, H, D), k and v (T, KVH, D) -> (T, H*D), each request over its own context;
         kv_cache: this layer's pool (kv_cache_shape), where k and v are written, or its 8-bit
-        pool (task 14: mini_engine/kv_quant.py), which writes and reads them itself."""
+        pool (mini_engine/kv_quant.py), which writes and reads them itself."""
         T, H, KVH, D = q.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         if isinstance(kv_cache, QuantizedPool):
             kv_cache.write(batch.slot_mapping, k, v)
@@ -421,8 +311,8 @@ class Llama:
             read = lambda slots: pool.index_select(0, slots)     # noqa: E731
         outs = []
         for g in batch.groups:
-            if g.in_place:                              # pages read in place, in C
-                outs.append(attend_in_place(q, g, kv_cache, KVH))
+            if g.in_place:                     # kernels/attention.py: the pages read where they are
+                outs.append(g.attend(q, kv_cache, KVH))
                 continue
             B, Q, L, G = g.num_requests, g.num_queries, g.context_len, H // KVH
             kv = read(g.context_slots).view(B, L, 2, KVH, D)           # through page tables
@@ -442,12 +332,12 @@ class Llama:
         return result
 
     def forward(self, batch: Batch, kv_cache: list[torch.Tensor],
-                profiler: StepProfiler | None = None) -> torch.Tensor:
+                profiler: StepProfiler | None = None, linear: Linear = F.linear) -> torch.Tensor:
         """Logits (S, V) of the rows whose logits are wanted (batch.logit_rows). kv_cache: one
         pool per layer (kv_cache_shape), the caller's, read and written through the batch's
         slots. A profiler, if given, times the matmuls and the attention
-        (mini_engine/profiler.py); without one they run as they are."""
-        linear, attention = apply_linear, self.attention
+        (mini_engine/profiler.py). linear(x, weight): the products, F.linear or a kernel's."""
+        attention = self.attention
         if profiler is not None:
             linear = profiler.timed("matmul", linear)
             attention = profiler.timed("attention", attention)
@@ -455,25 +345,25 @@ class Llama:
         x, cos, sin = self.embed_rows(batch.input_ids, batch.positions)
         for layer, pool in zip(self.layers, kv_cache, strict=True):
             h = self.rms_norm(x, layer.input_norm)
-            qkv = linear(layer.qkv, h).view(T, H + 2 * KVH, D)
+            qkv = linear(h, layer.qkv).view(T, H + 2 * KVH, D)
             qk = self.rope(qkv[:, :H + KVH], cos, sin)            # q and k heads rotated at once
             q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + KVH:]
-            x = x + linear(layer.o, attention(q, k, v, batch, pool))
+            x = x + linear(attention(q, k, v, batch, pool), layer.o)
             h = self.rms_norm(x, layer.post_norm)
-            gate, up = linear(layer.gate_up, h).chunk(2, dim=-1)
-            x = x + linear(layer.down, F.silu(gate) * up)                          # SwiGLU
+            gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, layer.down)                          # SwiGLU
         return self.logits(x, batch.logit_rows, linear)
 
-    # --- the two ends of a forward, eager or compiled (mini_engine/compiled.py) -------------
+    # --- the two ends of a forward, eager or compiled (kernels/compiled.py) -----------------
     def embed_rows(self, input_ids: torch.Tensor, positions: torch.Tensor):
         """x (T, C), and the RoPE tables of the rows' positions: cos, sin_signed (T, 1, D)."""
         return (self.embed[input_ids], self.cos[positions][:, None],
                 self.sin_signed[positions][:, None])
 
-    def logits(self, x: torch.Tensor, logit_rows: torch.Tensor, linear=apply_linear) -> torch.Tensor:
-        """(S, V) float logits of the wanted rows of x, the final norm and the LM head through
-        linear (apply_linear, or a profiler's timed version of it)."""
+    def logits(self, x: torch.Tensor, logit_rows: torch.Tensor, linear: Linear = F.linear
+               ) -> torch.Tensor:
+        """(S, V) float logits of the wanted rows of x: the final norm, then the LM head."""
         if not len(logit_rows):                    # every row a chunk short of its prompt's end
             return torch.empty(0, self.shape.vocab_size)
         x = self.rms_norm(x[logit_rows], self.final_norm)                             # (S, C)
-        return linear(self.lm_head, x).float()                                       # (S, V)
+        return linear(x, self.lm_head).float()                                       # (S, V)

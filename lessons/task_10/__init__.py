@@ -7,3 +7,9 @@ computing them, built in mini_engine and measured in vLLM, cache off then on. Re
     report.py                   the printing and the KEY INSIGHT lines
     figure.py                   the page tables at the peak, the shared pages marked
 """
+from lessons.task_10.figure import draw_shared_pages
+from lessons.task_10.record import PrefixCaching, summary_row
+
+# what the lab reads back (common/steps.py)
+RECORD = PrefixCaching                  # results/task_10_prefix_caching.json
+FIGURES = (("", draw_shared_pages),)    # results/task_10_prefix_caching.png

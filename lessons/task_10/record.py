@@ -25,6 +25,7 @@ class Settings(results.Record):
     kv_cache_bytes: int         # mini_engine's KV budget, cut into pages
     port: int                   # the lab's vLLM server
     is_vllm_measured: bool      # False with --no-vllm (part 4 skipped)
+    kernels: str = "c"          # --kernels: mini_engine's EngineConfig.kernels
 
 
 @dataclass

@@ -17,7 +17,7 @@ def print_run_info(model_choice, dtype, threads: int, s: Settings, w: WorkloadSh
     report.run_info(model_choice, dtype, threads,
                     Engine=f"mini_engine and vLLM, max_model_len={s.max_model_len}{long}, KV "
                            f"{s.kv_cache_bytes:,} B, pages of {s.page_size_tokens}, batch cap "
-                           f"{s.max_num_seqs}, greedy",
+                           f"{s.max_num_seqs}, greedy, mini_engine's kernels {s.kernels}",
                     Workload=f"{s.num_requests} chat requests: a {s.num_system_tokens}-token "
                              f"system prompt + a question ({w.min_prompt_tokens}-"
                              f"{w.max_prompt_tokens} tokens, {w.num_shared_tokens} shared), "

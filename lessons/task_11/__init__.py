@@ -9,5 +9,11 @@ Read in this order:
     report.py                    the printing and the KEY INSIGHT lines
     figure.py                    the tokens of each step and the chats' stalls
 """
+from lessons.task_11.figure import draw_chunking
+from lessons.task_11.record import ChunkedPrefill, summary_row
 
 OWN_PARTS = ("load",)   # besides the roles (tests/test_layout.py)
+
+# what the lab reads back (common/steps.py)
+RECORD = ChunkedPrefill                 # results/task_11_chunked_prefill.json
+FIGURES = (("", draw_chunking),)        # results/task_11_chunked_prefill.png

@@ -39,6 +39,7 @@ class Settings(results.Record):
     is_vllm_measured: bool      # False with --no-vllm
     base_url: str | None = None  # --base-url: vLLM's part ran there, at that server's setting
     num_passes: int = 1         # --passes: of no chunking and the smallest budget, in each engine
+    kernels: str = "c"          # --kernels: mini_engine's EngineConfig.kernels
 
 
 @dataclass

@@ -22,7 +22,8 @@ def print_run_info(model_choice, dtype, threads: int, s: Settings, w, source_not
     report.run_info(model_choice, dtype, threads,
                     Engine=f"mini_engine{vllm}, max_model_len={s.max_model_len}, KV "
                            f"{s.kv_cache_bytes:,} B (the whole workload at once in fp32), pages "
-                           f"of {s.page_size_tokens}, batch cap {s.max_num_seqs}, greedy",
+                           f"of {s.page_size_tokens}, batch cap {s.max_num_seqs}, greedy, "
+                           f"mini_engine's kernels {s.kernels}",
                     Settings=f"no chunking (a prompt whole in one step, budget "
                              f"{s.max_model_len}), then budgets of "
                              f"{', '.join(map(str, s.budgets_tokens))} tokens a step",

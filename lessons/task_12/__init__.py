@@ -8,3 +8,9 @@ mini_engine and measured in vLLM, on a copy workload and a chat one. Read in thi
     report.py                         the printing and the KEY INSIGHT lines
     figure.py                         an answer's tokens by how they came, and the speed-ups
 """
+from lessons.task_12.figure import draw_speculation
+from lessons.task_12.record import SpeculativeDecoding, summary_row
+
+# what the lab reads back (common/steps.py)
+RECORD = SpeculativeDecoding            # results/task_12_speculative_decoding.json
+FIGURES = (("", draw_speculation),)     # results/task_12_speculative_decoding.png

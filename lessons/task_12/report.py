@@ -22,7 +22,8 @@ def print_run_info(model_choice, dtype, threads: int, s, w, source_note: str | N
     report.run_info(model_choice, dtype, threads,
                     Engine=f"mini_engine{vllm}, max_model_len={s.max_model_len}, KV "
                            f"{s.kv_cache_bytes:,} B (a workload at once in fp32), pages of "
-                           f"{s.page_size_tokens}, batch cap {s.num_requests}, greedy",
+                           f"{s.page_size_tokens}, batch cap {s.num_requests}, greedy, "
+                           f"mini_engine's kernels {s.kernels}",
                     Speculation=f"n-gram prompt lookup (vLLM's ngram): the last n tokens, n from"
                                 f" {s.prompt_lookup_max} down to {s.prompt_lookup_min}, found "
                                 f"earlier in the request; k = "

@@ -8,5 +8,11 @@ turned compilation off, to save memory). Read in this order:
     report.py                  the printing and the KEY INSIGHT lines
     figure.py                  a step's time in its parts, eager and compiled, against the floors
 """
+from lessons.task_13.figure import draw_step
+from lessons.task_13.record import CompiledStep, summary_row
 
 OWN_PARTS = ("vllm_run", "attention")   # besides the roles (tests/test_layout.py)
+
+# what the lab reads back (common/steps.py)
+RECORD = CompiledStep                   # results/task_13_compiled_step.json
+FIGURES = (("", draw_step),)            # results/task_13_compiled_step.png

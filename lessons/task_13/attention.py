@@ -8,28 +8,28 @@ in a step. Timed: the attention call of every layer, the step's attention withou
 matmuls. Both engines, each with its own layout and kernel (mini_engine's call also writes the
 step's new K and V; vLLM writes them in an op of its own, not timed here):
 
-    mini_engine   Llama.attention as the engine runs it: each request's pages read in place,
-                  in one pass of C (mini_engine/paged_attention.c); and, as before issue 29, its
-                  context gathered and attended by torch's SDPA in one call for the whole batch,
-                  padded to its longest context ("one call")
+    mini_engine   Llama.attention as the engine runs it: with its kernels, each request's pages
+                  read in place, in one pass of C (mini_engine/kernels/paged_attention.c); the
+                  torch way, its context gathered and attended by torch's SDPA, the batch padded
+                  to its longest context, in calls of a bounded size (mini_engine/model.py)
     vLLM          its CPU attention kernel (ops.cpu_attention_with_kv_cache), which reads the
                   pages where they are, through the block table
 
 Both compiled forwards call these same kernels: mini_engine's graph calls its attention as an
-op of its own (mini_engine/compiled.py), and vLLM registers attention on a CPU as one opaque op
+op of its own (mini_engine/kernels/compiled.py), and vLLM registers attention on a CPU as one opaque op
 that its graph calls (vllm/platforms/cpu.py, opaque_attention_op), so one measurement serves
 eager and compiled alike.
 """
 from __future__ import annotations
 
 import random
-import time
 
 import torch
 
+from common import measure
+
 REPEATS = 5                    # the best of five steps (a step is 30 calls)
 PAGE = 16                      # block size, both engines (the lab's)
-ONE_CALL = 1 << 40             # attention_call_slots that never splits a gathered batch
 
 
 def page_tables(batch: int, context: int, seed: int) -> tuple[list[list[int]], int]:
@@ -43,26 +43,24 @@ def page_tables(batch: int, context: int, seed: int) -> tuple[list[list[int]], i
 
 def best_step(attend_layer, num_layers: int) -> float:
     """Seconds of one step's attention: every layer's call, the best of REPEATS after one
-    untimed step."""
-    best = float("inf")
-    for i in range(REPEATS + 1):
-        start = time.perf_counter()
+    untimed step (measure.best_s: a kernel timed alone)."""
+    def step() -> None:
         for layer in range(num_layers):
             attend_layer(layer)
-        if i:
-            best = min(best, time.perf_counter() - start)
-    return best
+    return measure.best_s(step, REPEATS)
 
 
 def mini_engine_ms(model, batch: int, context: int, in_place: bool) -> float:
     """Milliseconds of a decode step's attention in mini_engine: B requests at position
-    context - 1, each writing its new K/V and attending over its context, in place (as the
-    engine runs) or gathered in one padded call."""
+    context - 1, each writing its new K/V and attending over its context, in place (the C) or
+    gathered (the torch way)."""
+    from mini_engine.kernels.attention import in_place_groups
     from mini_engine.model import RequestChunk, make_batch
 
     tables, num_pages = page_tables(batch, context, seed=context)
     steps = make_batch([RequestChunk([0], context - 1, t) for t in tables], PAGE,
-                       model.heads_per_kv, model.dtype, ONE_CALL, in_place=in_place)
+                       model.heads_per_kv, model.dtype,
+                       in_place=in_place_groups if in_place else None)
     shape = model.kv_cache_shape(num_pages, PAGE)
     pools = [torch.empty(shape, dtype=model.dtype).uniform_(-1, 1)
              for _ in range(model.shape.num_layers)]
@@ -110,7 +108,7 @@ def vllm_ms(num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int,
 
 
 def mini_engine_sweep(model, batches: list[int], contexts: list[int]) -> tuple[dict, dict]:
-    """(one call, in place): batch -> ms at each context, mini_engine's attention. The two
+    """(torch, in place): batch -> ms at each context, mini_engine's attention. The two
     ways alternate point by point, so that a drift of the machine's speed is not read as a
     difference between them."""
     one: dict[int, list[float]] = {b: [] for b in batches}

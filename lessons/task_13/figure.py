@@ -99,10 +99,10 @@ def attention_panel(ax, res) -> None:
     a = res.attention
     cap = a.cap
     # mini_engine's attention in the colour of its attention phase above, vLLM's in vLLM's
-    lines = [("mini", 1, "mini_engine, 1 request", 1, "-"),
+    lines = [("mini", 1, "mini_engine C, 1 request", 1, "-"),
              ("vllm", 1, "vLLM, 1 request", 6, "-"),
-             ("one_call", cap, f"mini_engine, {cap}, gathered, one call", 1, ":"),
-             ("mini", cap, f"mini_engine, {cap} requests", 1, "--"),
+             ("torch", cap, f"mini_engine torch, {cap}, gathered", 1, ":"),
+             ("mini", cap, f"mini_engine C, {cap} requests", 1, "--"),
              ("vllm", cap, f"vLLM, {cap} requests", 6, "--")]
     for which, batch, label, color, style in lines:
         ms = [a.at(which, batch, L) for L in a.contexts]

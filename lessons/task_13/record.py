@@ -2,7 +2,7 @@
 by the summary, the figure and the report page."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common import results
 from lessons.task_9.record import MachineBounds, Phases
@@ -21,15 +21,19 @@ class Settings(results.Record):
 
 @dataclass
 class EngineMode(results.Record):
-    """mini_engine one way: eager (the kernels chosen) or compiled (the same kernels, the decoder
-    layers one graph of torch.compile)."""
-    warm_up_s: float              # eager: choosing the kernels; compiled: compiling (same model)
+    """mini_engine one way: torch (EngineConfig.kernels "torch"), eager (its C kernels, "c") or
+    compiled (the same kernels, the decoder layers one graph of torch.compile)."""
+    warm_up_s: float              # a first engine; compiled: its compile too (same model)
     warm_up_added_bytes: int      # RSS the warm-up added (its first engine's KV pool included)
     num_graphs: int               # graphs torch.compile made (0: eager)
     phases: dict[int, Phases]     # batch (1 and the cap) -> a decode step's phases
     tokens_per_s: float           # task 9's workload, continuous batching
     num_tokens: int
     duration_s: float
+    kernels: dict[str, str] = field(default_factory=dict)   # what it ran, part by part
+    # the packed ways and F.linear, timed on the model's weights when the engine chose its
+    # product: way -> ms of a pass over every product at batch 1 and at the cap
+    products_ms: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -52,9 +56,9 @@ class AttentionSweep(results.Record):
     """Part 4: a decode step's attention, every layer's call, in ms, as the context grows: B
     requests (1 and the cap) each over a context of L tokens (lessons/task_13/attention.py)."""
     contexts: list[int]                    # L, tokens
-    one_call_ms: dict[int, list[float]]    # batch -> ms at each L: mini_engine, the batch in one
-                                           # call padded to its longest context (before issue 29)
-    mini_ms: dict[int, list[float]]        # mini_engine as it runs: the pages read in place
+    torch_ms: dict[int, list[float]]       # batch -> ms at each L: mini_engine's torch way,
+                                           # contexts gathered, padded, attended by SDPA
+    mini_ms: dict[int, list[float]]        # mini_engine's C: the pages read in place
     vllm_ms: dict[int, list[float]] | None = None   # vLLM's CPU kernel; None: vLLM not run
 
     @property
@@ -63,7 +67,7 @@ class AttentionSweep(results.Record):
         return max(self.mini_ms)
 
     def at(self, which: str, batch: int, context: int) -> float | None:
-        """ms of one way ("one_call", "mini", "vllm") at this batch and context."""
+        """ms of one way ("torch", "mini", "vllm") at this batch and context."""
         by_batch = getattr(self, f"{which}_ms")
         if not by_batch or batch not in by_batch:
             return None
@@ -82,6 +86,7 @@ class CompiledStep(results.Result):
     vllm: dict[str, VllmMode] | None = None   # "eager", "compiled"; None: --no-vllm
     vllm_skipped: str | None = None           # why a vLLM mode did not run, where one did not
     attention: AttentionSweep | None = None   # part 4
+    torch: EngineMode | None = None           # part 1: the torch way, no kernels
 
     @property
     def cap(self) -> int:
@@ -92,6 +97,12 @@ class CompiledStep(results.Result):
         if self.compiled is None:
             return None
         return self.compiled.phases[batch].step_s / self.eager.phases[batch].step_s
+
+    def kernels_ratio(self, batch: int) -> float | None:
+        """The eager decode step with its C kernels over the torch way's, at this batch."""
+        if self.torch is None:
+            return None
+        return self.eager.phases[batch].step_s / self.torch.phases[batch].step_s
 
     def fusion_floor(self, batch: int) -> float:
         """The least a compile that fuses only the rest of the forward could take the eager

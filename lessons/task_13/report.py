@@ -18,9 +18,10 @@ def print_header(model, dtype, threads: int, s) -> None:
     report.row("mini_engine", f"task 9's workload: {s.requests} requests, mean output "
                f"{s.mean_output}, greedy; cap {s.max_batch}, pages of {s.page_size}, "
                f"{s.kv_cache_bytes:,} B of KV")
-    report.row("  compiled", "EngineConfig.compile_model: the decoder layers one graph of "
-               "torch.compile (inductor), the products and attention called in it; the same "
-               "kernels chosen at batch 1 and the cap")
+    report.row("  ways", "torch: plain torch (EngineConfig.kernels 'torch'); eager: its C "
+               "kernels where they build ('c', mini_engine/kernels/); compiled: the same C, the "
+               "decoder layers one graph of torch.compile (inductor), the products and "
+               "attention called in it ('compiled')")
     report.row("vLLM", f"offline, a fresh process each way; 1 request, then {s.vllm_requests} "
                f"at once, {s.vllm_tokens} tokens each, greedy, EOS held off; then task 9's "
                f"workload, as mini_engine ran it (max_num_seqs {s.max_batch})")
@@ -46,19 +47,48 @@ def phases_table(r: CompiledStep) -> None:
                 "custom ops in the graph and time themselves; the rest is inductor's fused loops")
 
 
+def print_kernels(r: CompiledStep) -> None:
+    """Part 1: what the C kernels buy a decode step, against the torch way, at 1 and the cap."""
+    if r.torch is None:
+        return
+    report.section("1. WHAT THE KERNELS BUY: A DECODE STEP, TORCH AND C")
+    batches = sorted(r.eager.phases)
+    columns = [(b, name, mode.phases[b]) for b in batches
+               for name, mode in (("torch", r.torch), ("C", r.eager))]
+    width = (65 - LABEL_WIDTH) // len(columns)
+    report.table(["ms", *(f"{name} {b}" for b, name, _ in columns)],
+                 [*((LABELS[p], *(f"{1000 * ph.by_phase()[p]:.1f}" for _, _, ph in columns))
+                    for p in ("matmul", "attention", "forward_other")),
+                  ("whole step", *(f"{1000 * ph.step_s:.1f}" for _, _, ph in columns))],
+                 [LABEL_WIDTH] + [width] * len(columns))
+    report.note("C: " + "; ".join(f"{part} {way}" for part, way in r.eager.kernels.items()
+                                  if way != "-")
+                + f". Tokens/s on task 9's workload: torch {r.torch.tokens_per_s:.1f}, C "
+                f"{r.eager.tokens_per_s:.1f} ({r.eager.tokens_per_s / r.torch.tokens_per_s:.2f}x);"
+                " part 4 has attention at longer contexts")
+    if r.eager.products_ms:
+        report.note(f"Products, timed when the engine chose them, ms a pass over all at batch "
+                    f"{' + '.join(map(str, batches))}: " + "; ".join(
+                        f"{way} {' + '.join(f'{ms:.1f}' for ms in times)}"
+                        for way, times in r.eager.products_ms.items())
+                    + f" (kept: {r.eager.kernels['products']})")
+
+
 def print_engine(r: CompiledStep) -> None:
+    print_kernels(r)
     report.section("1-2. MINI_ENGINE: WHERE A DECODE STEP GOES, EAGER AND COMPILED")
     phases_table(r)
     report.section("THE COST AND THE GAIN")
-    rows = [("eager", r.eager)] + ([("compiled", r.compiled)] if r.compiled else [])
+    rows = ([("torch", r.torch)] if r.torch else []) + [("eager", r.eager)] + (
+        [("compiled", r.compiled)] if r.compiled else [])
     report.table(["", "warm-up s", "graphs", "RSS added MB", "tokens/s"],
                  [(name, f"{m.warm_up_s:.1f}", m.num_graphs, f"{m.warm_up_added_bytes / 1e6:.0f}",
                    f"{m.tokens_per_s:.1f}") for name, m in rows], [13, 12, 9, 16, 15])
-    report.note("Warm-up: eager, the kernel choice and a first engine (its KV pool included); "
-                "compiled, the compile and a first engine, on the same model and kernels. After "
-                "it no step compiled: a graph it would have needed is an error "
-                "(mini_engine/compiled.py). Tokens/s: the ways took turns on the workload, each "
-                "its median pass")
+    report.note("Warm-up: a first engine (its KV pool included; eager, the C built and the "
+                "weights packed for it); compiled, the compile too, on the same model and "
+                "kernels. After it no step compiled: a graph it would have needed is an error "
+                "(mini_engine/kernels/compiled.py). Tokens/s: the ways took turns on the "
+                "workload, each its median pass")
     if r.compiled is None:
         report.row("Compiled", f"not measured: {r.compile_skipped}")
         return
@@ -66,7 +96,7 @@ def print_engine(r: CompiledStep) -> None:
     report.row(f"Step at batch {r.cap}", f"{r.step_ratio(r.cap):.2f}x as long as eager (batch "
                f"1: {r.step_ratio(1):.2f}x; compiled, a step of one row runs as two)")
     report.row("Greedy tokens", f"{r.num_identical} of {r.num_requests} requests identical "
-               f"in {r.header.dtype} (fp32: tests/test_compiled.py)")
+               f"in {r.header.dtype} (fp32: tests/engine/test_compiled.py)")
 
 
 def print_vllm(r: CompiledStep) -> None:
@@ -109,19 +139,19 @@ def print_attention(r: CompiledStep) -> None:
         return
     report.section("4. ATTENTION IN A DECODE STEP AS THE CONTEXT GROWS")
     cap = a.cap
-    columns = [(1, "mini", "mini"), (1, "vllm", "vLLM"), (cap, "one_call", "one call"),
-               (cap, "mini", "mini"), (cap, "vllm", "vLLM")]
+    columns = [(1, "torch", "torch"), (1, "mini", "C"), (1, "vllm", "vLLM"),
+               (cap, "torch", "torch"), (cap, "mini", "C"), (cap, "vllm", "vLLM")]
     columns = [c for c in columns if a.at(c[1], c[0], a.contexts[0]) is not None]
     report.table(["context", *(f"{name} {batch}" for batch, _, name in columns)],
                  [(f"{L:,}", *(f"{a.at(which, batch, L):.1f}" for batch, which, _ in columns))
                   for L in a.contexts],
-                 [8] + [14 if which == "one_call" else 10 for _, which, _ in columns])
+                 [8] + [9] * len(columns))
     report.note("ms of one decode step's attention calls, one a layer: B requests (1, then "
                 f"{cap}) each over L tokens, their pages scattered over a pool of random values. "
-                "mini_engine reads each request's pages in place, in one pass of C "
-                "(paged_attention.c); one call: its context gathered, the whole batch padded to "
-                "its longest and attended by SDPA, as before issue 29. vLLM: its CPU kernel, "
-                "reading the pages in place. Both compiled forwards call these same kernels"
+                "mini_engine's C reads each request's pages in place, in one pass "
+                "(kernels/paged_attention.c); its torch way gathers the contexts, pads them to "
+                "the longest and attends by SDPA. vLLM: its CPU kernel, reading the pages in "
+                "place. Both compiled forwards call these same kernels"
                 + ("" if a.vllm_ms else f"; vLLM not measured: {r.vllm_skipped or '--no-vllm'}"))
 
 
@@ -130,9 +160,9 @@ def attention_line(r: CompiledStep) -> str:
     a = r.attention
     cap = a.cap
     first, last = a.contexts[0], a.contexts[-1]
-    mine, one = a.at("mini", cap, last), a.at("one_call", cap, last)
+    mine, one = a.at("mini", cap, last), a.at("torch", cap, last)
     line = (f"At {last:,} tokens of context and {cap} requests, a decode step's attention took "
-            f"{mine:.1f} ms in mini_engine ({one:.1f} ms gathered, as one padded call), "
+            f"{mine:.1f} ms in mini_engine's C ({one:.1f} ms its torch way, gathered), "
             f"{mine / a.at('mini', cap, first):.1f}x its {first} tokens' time")
     theirs = a.at("vllm", cap, last)
     if theirs is None:
@@ -207,17 +237,33 @@ def vllm_lines(r: CompiledStep) -> list[str]:
     return [line]
 
 
+def kernels_line(r: CompiledStep) -> str:
+    """What the C kernels bought mini_engine's decode step over the torch way, part by part."""
+    cap, t, c = r.cap, r.torch.phases, r.eager.phases
+    gain = r.eager.tokens_per_s / r.torch.tokens_per_s
+    return (f"mini_engine's C kernels took a decode step from {1000 * t[1].step_s:.1f} to "
+            f"{1000 * c[1].step_s:.1f} ms at batch 1 and {1000 * t[cap].step_s:.1f} to "
+            f"{1000 * c[cap].step_s:.1f} ms at {cap} (attention {1000 * t[cap].attention_s:.1f}"
+            f" -> {1000 * c[cap].attention_s:.1f}, matmuls {1000 * t[cap].matmul_s:.1f} -> "
+            f"{1000 * c[cap].matmul_s:.1f}); tokens/s {gain:.2f}x the torch way's, "
+            + ("so they earn their place here" if gain > 1.1 else
+               "within a tenth of it: on this machine the torch way is enough"))
+
+
 def insight(r: CompiledStep) -> list[str]:
     lines = (engine_lines(r) if r.compiled
              else [f"mini_engine was not compiled here: {r.compile_skipped}"])
-    if r.vllm and len(r.vllm) == 2:
-        lines += vllm_lines(r)
+    if r.torch:
+        lines.append(kernels_line(r))
     ratios = {mode: r.over_vllm(mode) for mode in ("eager", "compiled")}
-    if all(ratios.values()):
-        lines.append(f"On task 9's workload mini_engine made {ratios['eager']:.2f}x vLLM's "
-                     f"tokens/s eager and {ratios['compiled']:.2f}x compiled: compiling helped "
-                     + ("vLLM more than mini_engine" if ratios["compiled"] < ratios["eager"]
-                        else "mini_engine as much as vLLM or more"))
+    ratio_text = (f"On task 9's workload mini_engine made {ratios['eager']:.2f}x vLLM's "
+                  f"tokens/s eager and {ratios['compiled']:.2f}x compiled: compiling helped "
+                  + ("vLLM more than mini_engine" if ratios["compiled"] < ratios["eager"]
+                     else "mini_engine as much as vLLM or more")) if all(ratios.values()) else None
+    if r.vllm and len(r.vllm) == 2:
+        lines += [f"{line}. {ratio_text}" if ratio_text else line for line in vllm_lines(r)]
+    elif ratio_text:
+        lines.append(ratio_text)
     if r.attention:
         lines.append(attention_line(r))
     return lines

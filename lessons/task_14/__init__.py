@@ -8,5 +8,11 @@
     report.py                  the printing and the KEY INSIGHT lines
     figure.py                  capacity bars, and each format's cost beside what it bought
 """
+from lessons.task_14.figure import draw_quantized_kv
+from lessons.task_14.record import QuantizedKV, summary_row
 
 OWN_PARTS = ("quality", "vllm_side")   # besides the roles (tests/test_layout.py)
+
+# what the lab reads back (common/steps.py)
+RECORD = QuantizedKV                    # results/task_14_quantized_kv.json
+FIGURES = (("", draw_quantized_kv),)    # results/task_14_quantized_kv.png

@@ -17,15 +17,16 @@ STUCK_TAIL = 12        # an answer is stuck when its last 12 tokens repeat a cyc
 
 
 def engine(model, eos, kv: tuple[str, str], kv_bytes: int, page: int, max_len: int,
-           max_batch: int = 16) -> LLMEngine:
-    """An engine whose KV cache is in format kv. Every format attends the same way, each context
-    gathered and attended by SDPA (decode_in_place off): the 8-bit pool is read back by
-    gathering, and task 13's kernel that reads pages in place would change the bf16 reference's
-    last bits, and so its greedy answers, for a reason that is not the cache's format."""
+           max_batch: int = 16, kernels: str = "torch") -> LLMEngine:
+    """An engine whose KV cache is in format kv. The comparisons run the torch way, so every
+    format attends the same way, each context gathered and attended by SDPA: the C that reads
+    pages in place takes no 8-bit pool, and would change the bf16 reference's last bits, and so
+    its greedy answers, for a reason that is not the cache's format. (The C 8-bit write and read
+    give torch's bits exactly.)"""
     return LLMEngine(model, eos, EngineConfig(kv_bytes=kv_bytes, page_size=page,
                                               max_batch=max_batch, max_model_len=max_len,
                                               kv_cache_dtype=kv[0], kv_scale=kv[1],
-                                              decode_in_place=False))
+                                              kernels=kernels))
 
 
 def greedy_answers(model, eos, prompts: list[list[int]], max_tokens: int, kv: tuple[str, str],
@@ -54,10 +55,11 @@ def passage_logprobs(model, ids: list[int], kv: tuple[str, str], page: int) -> l
 
 @torch.inference_mode()
 def load_run(model, eos, kv: tuple[str, str], name: str, prompts: list[list[int]],
-             tokens: int, kv_bytes: int, page: int, max_batch: int) -> Throughput:
+             tokens: int, kv_bytes: int, page: int, max_batch: int,
+             kernels: str = "torch") -> Throughput:
     """Every prompt at once, tokens each (EOS held off), through a KV budget that binds."""
     eng = engine(model, eos, kv, kv_bytes, page, max(len(p) for p in prompts) + tokens,
-                 max_batch=max_batch)
+                 max_batch=max_batch, kernels=kernels)
     start = time.perf_counter()
     seqs = [eng.add_request(p, tokens, min_tokens=tokens) for p in prompts]
     eng.run()

@@ -39,6 +39,8 @@ class Settings(results.Record):
     port: int
     is_vllm_measured: bool
     kv_read: str = "four passes of torch"   # how mini_engine wrote and read its 8-bit pages
+    kernels: str = "c"              # --kernels: part 3's EngineConfig.kernels (the comparisons
+                                    # of part 2 run the torch way, whose bits the C's equal)
 
 
 @dataclass

@@ -1,16 +1,15 @@
 """Task 9, part 3: where a decode step's time goes. The engine's own phases (mini_engine's
 StepProfiler) at batch 1 and at the fullest batch of the continuous run, beside the model's
-matmuls timed alone through F.linear (the kernel floor, common/roofline.py) and one read of the
-weights at the measured bandwidth; then the kernel each kind of linear layer chose when the
-model loaded (model.choose_kernels). Measuring first, then printing, then the two insight lines
-chosen from these figures (step_limit, kernel_choice)."""
+matmuls timed alone through F.linear (the kernel floor) and one read of the weights at the
+measured bandwidth; then what the engine ran (EngineConfig.kernels). Measuring first, then
+printing, then the two insight lines chosen from these figures (step_limit, kernel_choice)."""
 from __future__ import annotations
 
 import statistics
 
 from common import report, settings
-from common import roofline as rl
-from lessons.task_9.record import LinearChoice, LinearChoices, MachineBounds, Phases
+from common.machine import machine_figures, model_cost
+from lessons.task_9.record import MachineBounds, Phases
 from mini_engine import PHASES, LLMEngine, Llama
 
 PHASE_TOKENS = 24    # the batch-1 run whose decode steps are timed
@@ -42,22 +41,14 @@ def phase_split(one_request: LLMEngine, prompt_ids: list[int], batched_steps) ->
 def machine_bounds(model: Llama, dtype: str, batches: list[int]) -> MachineBounds:
     """Bandwidth (results/machine.json when saved, else measured now) and the kernel floor of
     the model's own weight shapes at these batch sizes (saved, or measured now: a few seconds),
-    through the lab's one loader of the machine's figures (common.roofline)."""
-    found = rl.machine_figures(model.config, dtype, batches, settings.num_cores(),
-                               measure_floor=True)
+    through the lab's one loader of the machine's figures (common.machine)."""
+    found = machine_figures(model.config, dtype, batches, settings.num_cores(), measure_floor=True)
     bandwidth = found.machine.bandwidth_bytes_s
-    weight_bytes = rl.model_cost(model.config, dtype).weight_bytes
+    weight_bytes = model_cost(model.config, dtype).weight_bytes
     return MachineBounds(bandwidth, weight_bytes, weight_bytes / bandwidth,
                          "measured now" if found.source.startswith("measured now")
                          else "results/machine.json",
                          {b: found.floor.step_s[b] for b in batches})
-
-
-def linear_choices(model: Llama) -> LinearChoices:
-    """What the model measured at load to choose its linear layers' kernels."""
-    return LinearChoices(list(model.linear_batch_sizes), model.linear_choice_s,
-                         {kind: LinearChoice(c.chosen, dict(c.seconds), dict(c.chosen_s))
-                          for kind, c in model.linear_choices.items()})
 
 
 # --- printing -----------------------------------------------------------------------------------
@@ -82,25 +73,10 @@ def print_phases(split: dict[int, Phases], machine: MachineBounds) -> None:
                    "own matmuls beat it" if beaten else ""))
 
 
-def print_linear_choices(choices: LinearChoices) -> None:
-    """The kernel each kind of linear layer runs, and what the others measured (fused)."""
-    layers = choices.layers
-    kernels = [k for k in next(iter(layers.values())).option_s if ", unfused" not in k]
-    sizes = " + ".join(map(str, choices.batch_sizes))
-    report.note(f"Linear layers: kernel measured at load, ms for all layers of a kind at "
-                f"batch {sizes} ({choices.choice_s:.1f} s in all):")
-    widths = [9] + [(65 - 9 - 17) // len(kernels)] * len(kernels) + [17]
-    report.table(["Layer", *kernels, "chosen"],
-                 [(kind, *(f"{1000 * c.option_s[k]:.1f}" for k in kernels), c.chosen)
-                  for kind, c in layers.items()], widths)
-    fusion = []
-    for kind, parts in (("qkv", "q, k, v"), ("gate_up", "gate, up")):
-        option_s = layers[kind].option_s
-        fused = 1000 * min(v for k, v in option_s.items() if ", unfused" not in k)
-        apart = 1000 * min(v for k, v in option_s.items() if ", unfused" in k)
-        fusion.append(f"{parts} {'fused' if fused <= apart else 'apart'} "
-                      f"({fused:.1f} fused vs {apart:.1f} ms apart)")
-    report.note("Best of each: " + "; ".join(fusion))
+def print_kernels(kernels: dict[str, str]) -> None:
+    """What the engine ran (EngineConfig.kernels), part by part."""
+    report.note("Engine's kernels (--kernels): " + "; ".join(
+        f"{part} {way}" for part, way in kernels.items() if way != "-"))
 
 
 # --- the insight lines chosen from these figures ------------------------------------------------
@@ -123,21 +99,15 @@ def step_limit(split: dict[int, Phases], machine: MachineBounds) -> str:
 
 
 def kernel_choice(split: dict[int, Phases], machine: MachineBounds,
-                  choices: LinearChoices) -> str:
-    """The chosen kernels inside the step at the fullest batch (step_limit's sentence names it)
-    against the same kernels timed alone at load (what the step's other work costs them), then
-    against the kernel floor through F.linear (what the choice saved or cost; no floor where
-    they beat it): two differences, each of its own cause."""
+                  kernels: dict[str, str]) -> str:
+    """The engine's matmuls inside the step at the fullest batch (step_limit's sentence names
+    them) against the kernel floor through F.linear: what the step's way of multiplying saved or
+    cost (no floor where it beats it)."""
     cap = max(split)
     in_step, floor = 1000 * split[cap].matmul_s, 1000 * machine.kernel_floor_s[cap]
-    chosen = " / ".join(sorted({c.chosen for c in choices.layers.values()}))
-    line = f"Its matmuls ({chosen}) took {in_step:.1f} ms a step inside the engine"
-    if all(cap in c.chosen_s for c in choices.layers.values()):
-        alone = 1000 * sum(c.chosen_s[cap] for c in choices.layers.values())
-        line += (f" and {alone:.1f} ms timed alone at load, so the step's other work cost them "
-                 f"{in_step - alone:+.1f} ms")
+    line = f"Its matmuls ({kernels['products']}) took {in_step:.1f} ms a step inside the engine"
     if floor < in_step:
         return (f"{line}; the kernel floor through F.linear took {floor:.1f} ms, "
-                f"{in_step - floor:.1f} ms less: that is the kernel choice")
+                f"{in_step - floor:.1f} ms less")
     return (f"{line}; F.linear alone took {floor:.1f} ms, {floor - in_step:.1f} ms more: the "
-            "kernels chosen beat it, so F.linear is no floor here")
+            "engine's products beat it, so F.linear is no floor here")

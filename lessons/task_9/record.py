@@ -125,21 +125,6 @@ class MachineBounds(results.Record):
     kernel_floor_s: dict[int, float]   # batch -> seconds a step
 
 
-@dataclass
-class LinearChoice(results.Record):
-    """One kind of linear layer (qkv, o, gate_up, down, lm_head), measured at load."""
-    chosen: str                     # the option kept, e.g. 'oneDNN packed'
-    option_s: dict[str, float]      # option -> seconds, all layers of the kind, batch sizes summed
-    chosen_s: dict[int, float]      # batch size -> seconds of the chosen option, all its layers
-
-
-@dataclass
-class LinearChoices(results.Record):
-    batch_sizes: list[int]          # the batch sizes the kernels were timed at
-    choice_s: float                 # how long choosing took
-    layers: dict[str, LinearChoice]
-
-
 # --- part 4: the real thing ---------------------------------------------------------------------
 @dataclass
 class VllmSettings(results.Record):
@@ -198,7 +183,7 @@ class OwnEngine(results.Result):
     timelines: dict[str, StepTimeline]      # by label: the batching timeline's steps
     phases: dict[int, Phases]               # batch size (1 and the fullest) -> decode step
     machine: MachineBounds
-    linear_choices: LinearChoices
+    kernels: dict[str, str]                 # what the engine ran, part by part (--kernels)
     vllm: VllmRun | None = None             # None: --no-vllm
     transformers_static: HFRun | None = None
     # tokens/s ratios, round by round (both sides of a round took turns): median and spread

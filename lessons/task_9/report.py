@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 from common import kv, report
-from lessons.task_9.profile import kernel_choice, print_linear_choices, print_phases, step_limit
+from lessons.task_9.profile import kernel_choice, print_kernels, print_phases, step_limit
 from lessons.task_9.record import (Correctness, OwnEngine, PolicyRun, RunSettings, ratio_spread,
                                    times_text)
 
@@ -24,7 +24,7 @@ def print_report(run: OwnEngine) -> None:
     print_correctness(run.correctness)
     print_policies(run)
     print_phases(run.phases, run.machine)
-    print_linear_choices(run.linear_choices)
+    print_kernels(run.kernels)
     if run.vllm or run.transformers_static:     # part 4 ran (not --no-vllm)
         print_real_thing(run)
     report.insight(insights(run))
@@ -120,7 +120,7 @@ def insights(run: OwnEngine) -> list[str]:
     if run.vllm:
         lines.append(vllm_line(run))
     lines.append(f"{step_limit(run.phases, run.machine)}. "
-                 f"{kernel_choice(run.phases, run.machine, run.linear_choices)}")
+                 f"{kernel_choice(run.phases, run.machine, run.kernels)}")
     return lines
 
 

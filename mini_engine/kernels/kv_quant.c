@@ -1,5 +1,5 @@
-/* The 8-bit KV cache's write and read, each in one pass (task 14; mini_engine/kv_quant.py builds
-   and loads this file, and keeps the same two in torch for a machine without a C compiler).
+/* The 8-bit KV cache's write and read, each in one pass (kernels/kv_quant.py loads this file;
+   mini_engine/kv_quant.py is the torch reference it is tested against).
 
    With torch alone a layer's write is about fourteen small operations (stack, abs, amax, divide,
    clamp, round to bfloat16, divide, clamp, convert, two index copies...) and its read four passes
@@ -7,7 +7,7 @@
    multiply). Here each value is touched once: the write quantizes a row's heads straight into
    their slot, and the read turns each byte it gathers into its value, multiplies by its scale
    and rounds once into the output, as vLLM's CPU kernel reads its fp8 pages in place. Both give
-   torch's bits exactly (tests/test_kv_quant.py): the same float operations in the same order,
+   torch's bits exactly (tests/engine/test_kv_quant.py): the same float operations in the same order,
    and torch's own rounding rules (c10's fp8e4m3fn_from_fp32_value / fp8e5m2_from_fp32_value,
    copied below, and bfloat16's round to nearest even).
 

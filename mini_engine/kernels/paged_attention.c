@@ -1,6 +1,6 @@
-/* Attention that reads the pages where they are (task 13; mini_engine/model.py calls it through
-   native.py for every row of a step, a decode's one query and a prefill's many alike, and keeps
-   torch's SDPA over gathered pages wherever this cannot be built).
+/* Attention that reads the pages where they are (kernels/attention.py loads this file for every
+   row of a step, a decode's one query and a prefill's many alike; its torch reference is
+   Llama.attention's gather and SDPA in mini_engine/model.py).
 
    The torch way is a gather: every context position's K and V copied from its page into a new
    tensor, the contexts of a call padded to its longest, then SDPA over the copy with a mask for
@@ -11,24 +11,14 @@
    against the query heads that share the head, keeps a running softmax (its maximum and total
    so far, the sum so far rescaled when the maximum grows: "online softmax", as flash attention
    and vLLM's kernels do), and adds in the 16 V rows with their weights. Nothing is copied,
-   padded or masked, so a request of 20 tokens costs 20 tokens beside one of 1,000. A prefill's
-   rows each read the same keys again, from the core's cache by then: against SDPA over a
-   gather in pieces of 64, this took 0.83-1.02x the time at 1 to 4 prompts of 256 to 512 tokens
-   and 0.28x at 16 prompts of 11 (docs/measurements.md, issue 29).
+   padded or masked, so a request of 20 tokens costs 20 tokens beside one of 1,000.
 
-   Reading the pages is half the work: at 16 requests of 1,024 tokens, the kernel took 15 ms
-   when every slot pointed at one page (all of it in the core's cache) and 37 ms over pages
-   scattered as a pool's are. Each key a head scores therefore asks for the same head's K and V
-   rows one block (16 positions) ahead, into L2 (prefetch, locality 2): spread one slot at a
-   time over the block, 21 ms. Asking for the whole next block at the start of a block, 192
-   lines at once, took 37 ms, without asking 42-44 (why the burst did not help more, not
-   measured: this VM shows no hardware counters); spread but into L1, 33-40 ms
-   (docs/measurements.md, issue 29).
-
+   Reading scattered pages is half the work, so each key a head scores asks for the same head's
+   K and V rows one block ahead, into L2 (prefetch), spread one slot at a time over the block.
    Where the head's shape is SmolLM's (3 query heads a KV head, 64 values a head) in bfloat16,
    head_block is compiled with those numbers as constants, so the compiler unrolls its loops and
    keeps a block's sums in registers; any other shape runs the same code with them as variables.
-   The constant version took about a third less time (docs/measurements.md, issue 29).
+   How each choice timed: docs/measurements.md.
 
    The vectors are the compiler's (GCC and Clang vector extensions, 16 floats: one AVX-512
    register, two AVX2 ones), not one instruction set's intrinsics. A dot product of a key with a
@@ -37,9 +27,9 @@
 
    The arithmetic is float32 throughout, whatever the pool's dtype (float32 or bfloat16), and the
    output is rounded once to the model's dtype. Its order of additions is not SDPA's, so its
-   outputs may differ from SDPA's in their last bits (tests/test_paged_attention.py bounds it). A
-   request is computed the same way whatever else is in the batch: its tokens do not depend on
-   its neighbours.
+   outputs may differ from SDPA's in their last bits (tests/engine/test_paged_attention.py bounds
+   it). A request is computed the same way whatever else is in the batch: its tokens do not depend
+   on its neighbours.
 
    q        (rows, heads, dim) float32 or bfloat16 (in_bf16), a row every q_row values
    rows     (n,) the rows of q that attend, one query each
@@ -48,8 +38,8 @@
    slots    (requests, max_len) each request's context, position by position
    lens     (n,) how far each row attends: positions [0, lens[i]) of its request's context
    out      (n, heads * dim), the dtype of q, heads in the model's order (KV head by KV head)
-   Limits, checked by model.py before it calls: dim a multiple of 16 and at most 128, at most 8
-   query heads a KV head and 16 KV heads. */
+   Limits, checked by kernels/attention.py before it calls: dim a multiple of 16 and at most 128,
+   at most 8 query heads a KV head and 16 KV heads. */
 #include <stdint.h>
 #include <string.h>
 

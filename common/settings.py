@@ -23,11 +23,10 @@ DASHBOARD_PORT = 7860
 # KV block (page) size in tokens of task 2's engine and of the lab's server (--block-size), read
 # back from the engine wherever the lab reports KV capacity. 128 is vLLM's CPU default; task 4
 # teaches 16-token pages, which vLLM's CPU backend also accepts. `make bench-server`
-# (benchmarks/server_configs.py) measures 16, 32 and 128 side by side on your machine: on a
-# 2-core AMD EPYC (AVX2, fp32, 2026-11-30, one run) the server made 71.4 / 64.9 / 65.0 tok/s at
-# 20 users with blocks of 16 / 32 / 128 (and 72.4 in a second server of 128): all within the
-# run-to-run noise of ~10 %. So the lab's engine runs task 4's page size: the page of the lesson
-# is the page vLLM allocates, and task 7's config B (max_model_len 64) holds twice A's requests.
+# (benchmarks/server_configs.py) measures 16, 32 and 128 side by side on your machine: their
+# throughputs came out within the run-to-run noise (figures: docs/server.md). So the lab's engine
+# runs task 4's page size: the page of the lesson is the page vLLM allocates, and task 7's
+# config B (max_model_len 64) holds twice A's requests.
 BLOCK_SIZE = 16
 
 # The environment vLLM reads when its engine starts, for task 2's in-process LLM and for the lab's
@@ -35,9 +34,8 @@ BLOCK_SIZE = 16
 # - VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model's worker inside the engine process, as the
 #   source does to fit a 4 GB VM. Offline (task 2) the whole engine then runs in the script. The
 #   API server still runs its engine core in a second process, but the worker lives in it instead
-#   of a third: measured on a 2-core AMD EPYC (AVX2, fp32, the offline model, 2026-11-30,
-#   `make bench-server`), the server ran 3 processes instead of 4, peak PSS 2.16 vs 2.63 GB,
-#   ready after 34 vs 49 s, and 72.4 vs 54.4 tok/s at 20 users.
+#   of a third: one process fewer, less memory, a sooner start and more tokens/s at 20 users
+#   (`make bench-server`; figures: docs/server.md).
 # - TORCHDYNAMO_DISABLE=1 with enforce_eager=True: no torch.compile, less memory and start-up.
 ENGINE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
               "TORCHDYNAMO_DISABLE": "1"}
@@ -62,7 +60,8 @@ def apply_cpu_engine_env() -> None:
     """Set the source's CPU environment before vLLM is imported.
 
     - ENGINE_ENV (above): the in-process engine (the default mode starts two more Python
-      processes of over 1 GB each; the source ran in a 4 GB VM), no torch.compile.
+      processes, each a large one: docs/measurements.md; the source ran in a 4 GB VM), no
+      torch.compile.
     - VLLM_CPU_KVCACHE_SPACE must be unset: it overrides kv_cache_memory_bytes and takes whole GiB.
     - VLLM_LOGGING_LEVEL=ERROR keeps the engine's INFO and WARNING lines out of the reports (the figures
       they show are read from the engine and printed in the report instead); set it to INFO to
@@ -138,8 +137,8 @@ def resolve_dtype(requested: str = "auto", flags: set[str] | None = None) -> Dty
     """--dtype auto|bfloat16|float32 -> the dtype that runs, and why.
 
     auto picks bfloat16 only where the CPU computes it natively. Without avx512_bf16/amx_bf16,
-    torch's bf16 matmul falls back to a slow path (~0.3 GFLOP/s vs ~100 GFLOP/s fp32 measured on
-    an AVX2 machine) and fp32 doubles batched throughput, at twice the KV bytes per token.
+    torch's bf16 matmul falls back to a slow path, far slower than fp32 (docs/measurements.md),
+    so fp32 gives more throughput there, at twice the KV bytes per token.
     """
     if requested not in DTYPE_CHOICES:
         raise ValueError(f"unknown dtype {requested!r} (choose from {', '.join(DTYPE_CHOICES)})")

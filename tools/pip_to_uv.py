@@ -1,10 +1,10 @@
 """Prints uv's flags for the package indexes pip is configured with, for `make setup`.
 
-`make setup` installs the requirements with uv: 16 s in a new venv, where pip took 3.8 min
-(2 cores, AMD EPYC, 2026-11-30; pip also compiles the bytecode, one file at a time, which
-`make setup` then does on every core in 62 s). uv does not read pip's configuration (pip.conf,
-PIP_* variables), and that is where a machine says where the CPU torch comes from: the lab
-machines' local wheel folder, or PyTorch's CPU index on a learner's own machine
+`make setup` installs the requirements with uv, in a fraction of pip's time: pip downloads,
+unpacks and compiles the bytecode one file at a time, where uv installs in parallel and `make
+setup` then compiles on every core (docs/measurements.md). uv does not read pip's configuration
+(pip.conf, PIP_* variables), and that is where a machine says where the CPU torch comes from:
+the lab machines' local wheel folder, or PyTorch's CPU index on a learner's own machine
 (`PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make setup`). So pip's own settings
 are read from `pip config list` and handed to uv as they are.
 

@@ -1,8 +1,9 @@
 """The whole lab in one command (`make lab`): every step of common/steps.py, then the summary.
 The steps (verify_environment.py, then each task in order; task 8 in its one-snapshot form) run
-one after another, each as a learner runs it; results/report.html (common/html_report.py: every
-step's report and figures on one page) comes last. Each step's report goes to the terminal as it
-prints and to results/<script>.txt, for that page.
+one after another, each as a learner runs it, and the summary (summary.py) after them, once this
+run is saved; results/report.html (common/html_report.py: every step's report and figures on one
+page) comes last. Each report goes to the terminal as it prints and to results/<script>.txt, for
+that page.
 
 Each step's wall time and peak memory (PSS of the script, its children and the lab's vLLM server,
 which the server tasks share) are measured and saved to results/lab_run.json, for the summary. A
@@ -17,7 +18,6 @@ stopped. Task 8's snapshot is taken while 20 requests run on the server task 7 l
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import os
 import signal
@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-import summary
 from common import cli, html_report, memory, report, results, server, settings
 from common import steps as lab_steps
 
@@ -105,30 +104,16 @@ def tee(pipe, path: Path) -> None:
             log.write(chunk)
 
 
-class Tee:
-    """A text stream writing to two: the terminal and the summary's report file."""
-
-    def __init__(self, *streams):
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for stream in self.streams:
-            stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        for stream in self.streams:
-            stream.flush()
-
-    def __getattr__(self, name: str):   # isatty(), encoding, ...: the terminal's
-        return getattr(self.streams[0], name)
-
-
 def run_step(command: list[str], port: int) -> results.LabStepRun:
-    """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt;
-    its stderr to results/logs/<script>.log) and measure it."""
+    """Run one step of the list, said first as the command a learner types (>>> python ...)."""
     print()
     report.note(f">>> python {' '.join(command)}", hang=4)
+    return run_script(command, port)
+
+
+def run_script(command: list[str], port: int) -> results.LabStepRun:
+    """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt;
+    its stderr to results/logs/<script>.log) and measure it."""
     start = time.perf_counter()
     # unbuffered: through a pipe, Python would hold the report back in blocks
     proc = subprocess.Popen([sys.executable, *command], cwd=settings.REPO_DIR,
@@ -170,15 +155,19 @@ def main(argv: list[str] | None = None) -> results.LabRun:
     results.save(SCRIPT, run)
     if not run.completed:
         stop_at_the_failed_step(run)
-    run_summary()
+    summary = run_summary(args.port)
     write_report(args.port)
     say_where_the_server_is(stopped_before, args.port)
+    if summary.exit_code != 0:
+        report.path_line("Its stderr (the libraries' messages)", log_path(summary.script))
+        cli.fail(f"the lab's steps ran, but {summary.script} exited with code "
+                 f"{summary.exit_code} (its output is above)", code=1)
     return run
 
 
 def forget_the_last_run() -> None:
     """This run measures the machine's ceilings once, at the first step that reads them, and
-    every later step and the summary read that one figure (common/roofline.machine_figures);
+    every later step and the summary read that one figure (common/machine.machine_figures);
     what ran is printed in full once, then only what differs (common/report.run_info)."""
     settings.results_dir().joinpath("machine.json").unlink(missing_ok=True)
     report.forget_what_ran()
@@ -227,13 +216,13 @@ def stop_at_the_failed_step(run: results.LabRun) -> NoReturn:
              code=1)
 
 
-def run_summary() -> None:
-    """The summary, from the machine's figures this run measured once (results/machine.json):
-    to the terminal and to results/summary.txt, for the report page."""
+def run_summary(port: int) -> results.LabStepRun:
+    """The summary (common/steps.py: SUMMARY), run as the steps are, after them: it reads this
+    run (results/lab_run.json, saved just before) and the machine's figures it measured once
+    (results/machine.json); its report to the terminal and to results/summary.txt, for the
+    report page."""
     print()
-    with open(report_path("summary.py"), "w") as log, contextlib.redirect_stdout(
-            Tee(sys.stdout, log)):
-        summary.main([])
+    return run_script(lab_steps.SUMMARY.command(port), port)
 
 
 def say_where_the_server_is(stopped_before: str | None, port: int) -> None:

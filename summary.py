@@ -16,31 +16,15 @@ grader's `python summary.py` places the learner's results under the learner's ce
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
-from common import cli, figures, memory, report, results, settings, steps
-from common import roofline as rl
+from common import cli, figures, machine, memory, report, results, settings, steps
+from lessons.summary import FIGURES
+from lessons.summary import roofline as rl
+from lessons.summary.record import Summary
 
 SCRIPT = "summary"
 MEMORY_BUDGET_BYTES = 3.5e9   # the source ran in a 4 GB VM; the lab keeps 0.5 GB for the OS
 GB = 1e9
-
-
-@dataclass
-class Summary(results.Result):
-    """results/summary.json: the table, the roofline, the lab's last run."""
-    rows: list[steps.SummaryRow] = field(default_factory=list)
-    model: str | None = None
-    dtype: str | None = None
-    cores: int | None = None
-    roofline: rl.Placement | None = None
-    engine_point: rl.EnginePoint | None = None   # task 9's engine on the roofline figure
-    lab_run: results.LabRun | None = None
-    cross_checks: list[str] = field(default_factory=list)   # the same thing measured twice
-
-
-RECORD = Summary
-FIGURES = (("", rl.figure),)
 
 
 def parse_args(argv: list[str] | None):
@@ -64,9 +48,10 @@ def print_roofline(r: rl.Placement, measured: str) -> None:
                      "min(peak compute, bandwidth x FLOPs per byte))")
     report.row("Machine figures", measured)
     report.row("Memory bandwidth (GB/s)", f"{r.bandwidth_gb_s:.1f} (sum of a "
-               f"{rl.BANDWIDTH_MIB} MiB tensor, {r.threads} threads, best of "
-               f"{rl.BANDWIDTH_REPEATS}" + (f": {r.bandwidth_low_gb_s:.1f}-{r.bandwidth_gb_s:.1f}"
-                                             if r.bandwidth_low_gb_s else "")
+               f"{machine.BANDWIDTH_MIB} MiB tensor, {r.threads} threads, best of "
+               f"{machine.BANDWIDTH_REPEATS}"
+               + (f": {r.bandwidth_low_gb_s:.1f}-{r.bandwidth_gb_s:.1f}"
+                  if r.bandwidth_low_gb_s else "")
                + "; every step of the run read this one)")
     sizes = r.matmul_n or {}
     gflops = [f"{g:,.0f}" if g >= 100 else f"{g:.2g}"   # 0.3 where bf16 is not native
@@ -170,7 +155,7 @@ def print_rungs(r: rl.Placement) -> None:
                 "batch's FLOPs at peak matmul, whichever takes longer.")
     report.note(f"Floor: the model's own linear layers alone (q, k, v, o, gate, up, down per "
                 f"layer + LM head), torch {floor.dtype}, {floor.threads} threads, best of "
-                f"{rl.FLOOR_REPEATS}.")
+                f"{machine.FLOOR_REPEATS}.")
     report.note("Library gap = floor - ceiling; engine gap = measured - floor; % of the "
                 "measured step.")
     report.paragraph(explain_rungs(r.rungs))
@@ -242,14 +227,14 @@ def print_what_ran(res: dict[str, results.Result], summary: Summary) -> None:
             report.note(f"  NOTE: {', '.join(names)} ran {model}, {dtype}")
         summary.model, summary.dtype = runs[0][0], runs[0][1]
     check = res.get("verify_environment")
-    machine = check.machine if check else None
-    if machine:   # the machine the lab ran on, which need not be the one printing this
-        report.row("Cores (threads)", machine.cores)
-        report.row("CPU", machine.cpu)
+    lab_machine = check.machine if check else None
+    if lab_machine:   # the machine the lab ran on, which need not be the one printing this
+        report.row("Cores (threads)", lab_machine.cores)
+        report.row("CPU", lab_machine.cpu)
     else:
         report.row("Cores (threads)", f"{settings.num_cores()} (this machine)")
         report.row("CPU", f"{settings.cpu_model_name()} (this machine)")
-    summary.cores = machine.cores if machine else settings.num_cores()
+    summary.cores = lab_machine.cores if lab_machine else settings.num_cores()
     dates = sorted(r.measured_at for r in res.values() if r.measured_at)
     if dates:
         report.row("Measured", f"{dates[0][:16].replace('T', ' ')} to "
@@ -420,9 +405,9 @@ def roofline_section(res: dict[str, results.Result], measure: bool, summary: Sum
                     "model it ran (a local folder); run them first.")
         return
     config, dtype, context = inputs
-    cost = rl.model_cost(config, dtype)
+    cost = machine.model_cost(config, dtype)
     steps_measured = measured_steps(res)
-    found = rl.machine_figures(config, dtype, rl.floor_batches(steps_measured),
+    found = machine.machine_figures(config, dtype, rl.floor_batches(steps_measured),
                                settings.num_cores(), measure=measure,
                                measure_floor=True)
     summary.roofline = rl.place(steps_measured, cost, found.machine, context, found.floor)

@@ -8,25 +8,11 @@ the generated tokens, the total time and tokens per second, and saves them for t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from common import cli, engine, figures, report, results, settings
+from lessons.task_1 import FIGURES
+from lessons.task_1.record import HFBaseline
 
 SCRIPT = "task_1_hf_baseline"
-
-
-@dataclass
-class HFBaseline(engine.OneRequest):
-    """Task 1's result: transformers' one generation (common.engine.OneRequest's fields; task 2
-    reads it back as its baseline)."""
-
-
-RECORD = HFBaseline
-FIGURES = ()
-
-
-def summary_row(res: HFBaseline) -> str:
-    return res.tokens_per_s_text()
 
 
 def parse_args(argv: list[str] | None):

@@ -11,42 +11,11 @@ how much of the reservation each one wastes, the memory utilisation, how many us
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from common import cli, figures, kv, report, results, settings
+from lessons.task_3 import FIGURES
+from lessons.task_3.record import ContiguousKV, ContiguousRequest
 
 SCRIPT = "task_3_kv_cache_problem"
-
-
-# --- what task 3 saves -----------------------------------------------------------------------
-@dataclass
-class ContiguousRequest(results.Record):
-    """One request under contiguous allocation: the slots it used of those reserved for it."""
-    name: str
-    used_slots: int
-    allocated_slots: int
-    waste_pct: float
-
-
-@dataclass
-class ContiguousKV(results.Result):
-    settings: kv.Simulation
-    requests: list[ContiguousRequest]
-    allocated_slots: int
-    used_slots: int
-    utilization_pct: float
-    waste_pct: float
-    mean_used_slots: int      # what a request needs with no waste: the mean it really used
-    users_contiguous: int     # users that fit in --total-slots, max_len each
-    users_ideal: int          # ...and mean_used_slots each
-    in_bytes: kv.InBytes
-
-
-RECORD = ContiguousKV
-
-
-def summary_row(res: ContiguousKV) -> str:
-    return f"utilisation {res.utilization_pct}%"
 
 
 def parse_args(argv: list[str] | None):
@@ -124,20 +93,6 @@ def main(argv: list[str] | None = None) -> ContiguousKV:
         in_bytes.saved(), header=results.RunHeader.of(model, dtype))
     figures.saved(results.save(SCRIPT, record), record, FIGURES)
     return record
-
-
-# --- the figure ------------------------------------------------------------------------------
-def draw_reservations(res: ContiguousKV):
-    """Per request, the slots contiguous allocation reserved against those it used."""
-    fig, ax = figures.figure(0.55 * len(res.requests) + 1.8)
-    figures.slot_bars(ax, [(q.name, q.used_slots, [("contiguous", q.allocated_slots)])
-                           for q in res.requests])
-    ax.set_title(f"{res.utilization_pct}% of the {res.allocated_slots:,} reserved slots "
-                 f"hold a token")
-    return figures.finish(fig, "Task 3: contiguous allocation reserves the worst case", res)
-
-
-FIGURES = (("", draw_reservations),)
 
 
 if __name__ == "__main__":

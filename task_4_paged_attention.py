@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from common import cli, figures, kv, report, results, settings
-from lessons.task_4.figure import draw_pages
+from lessons.task_4 import FIGURES
 from lessons.task_4.record import PagedFigures, PagedKV, PagedRequest, PagedSimulation, Slots
 
 SCRIPT = "task_4_paged_attention"
@@ -129,17 +129,6 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
                                     for s in sequences])
     return PagedRun(sequences, summary, num_pool_pages, num_pages_peak, allocator.num_free,
                     num_reused, num_preempted, finish_steps, peak_step, tables_at_peak)
-
-
-# --- what task 4 saves: lessons/task_4/record.py ------------------------------------------------
-RECORD = PagedKV
-
-
-def summary_row(res: PagedKV) -> str:
-    return f"utilisation {res.paged.utilization_pct}%, users {res.users_ratio}x"
-
-
-FIGURES = (("", draw_pages),)   # lessons/task_4/figure.py
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -15,59 +15,16 @@ server stays up for tasks 6-8; `make stop` stops it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import requests
 
 from common import cli, figures, measure, report, results, settings
 from common.load import completion_payload
+from lessons.task_5 import FIGURES
+from lessons.task_5.record import ApiServer, ApiSettings, HttpCall
 
 SCRIPT = "task_5_api_server"
 PROMPT = "What is inference in machine learning?"
-
-
-# --- what task 5 saves -----------------------------------------------------------------------
-@dataclass
-class HttpCall(results.Record):
-    """One /v1/completions request: the answer, how long it took, the tokens it counted."""
-    text: str
-    latency_s: float
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass
-class ApiSettings(results.Record):
-    """What was asked for (max_tokens: the OpenAI API's name), and the server's settings
-    (None for a --base-url server: the lab does not know them)."""
-    prompt: str
-    max_tokens: int
-    temperature: float
-    server: str | None = None
-
-
-@dataclass
-class ApiServer(results.Result):
-    base_url: str
-    server_state: str              # started, reused or external
-    settings: ApiSettings
-    raw_http: HttpCall
-    openai_client: HttpCall
-    startup_s: float | None = None   # None: not started here (reused, or --base-url)
-    first_request: HttpCall | None = None      # the server's first request here, timed apart
-    raw_latency: measure.Spread | None = None  # seconds, every timed pass; raw_http: the median
-    sdk_latency: measure.Spread | None = None  # the same for openai_client
-
-
-RECORD = ApiServer
-FIGURES = ()
-
-
-def summary_row(res: ApiServer) -> str:
-    if res.raw_latency is None or res.raw_latency.num_passes < 2:
-        return f"/v1/completions, {res.raw_http.latency_s:.2f} s"
-    return (f"/v1/completions, {res.raw_latency.median:.2f} s ({res.raw_latency.low:.2f}-"
-            f"{res.raw_latency.high:.2f})")
 
 
 def parse_args(argv: list[str] | None):

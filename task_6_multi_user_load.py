@@ -17,12 +17,10 @@ against all at once (both measured).
 from __future__ import annotations
 
 from common import cli, figures, load, measure, metrics, report, results, settings
-from lessons.task_6.figure import draw_load_levels
-from lessons.task_6.record import (LEVEL, SEQUENTIAL, Alone, MultiUserLoad, alone_of,
-                                   scaling_range, summary_row)
+from lessons.task_6 import FIGURES
+from lessons.task_6.record import Alone, MultiUserLoad, alone_of, scaling_range
 
 SCRIPT = "task_6_multi_user_load"
-RECORD = MultiUserLoad
 
 
 def parse_args(argv: list[str] | None):
@@ -248,9 +246,6 @@ def insights(levels: list[load.LoadLevel], sequential: load.LoadLevel | None,
                      f"{latency:.2f} s at {largest.num_users} users): the machine had room for "
                      f"the larger batch")
     return failed + lines
-
-
-FIGURES = (("", draw_load_levels),)
 
 
 def main(argv: list[str] | None = None) -> MultiUserLoad:

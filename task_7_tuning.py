@@ -25,12 +25,10 @@ the figure (figure.py).
 from __future__ import annotations
 
 from common import cli, figures, kv, load, measure, metrics, report, results, settings
-from lessons.task_7.figure import draw_tuning
-from lessons.task_7.record import ConfigRun, Tuning, TuningConfig, is_compared, summary_row
+from lessons.task_7 import FIGURES
+from lessons.task_7.record import ConfigRun, Tuning, TuningConfig, is_compared
 
 SCRIPT = "task_7_tuning"
-RECORD = Tuning                         # what the lab reads results/<SCRIPT>.json back into
-__all__ = ["RECORD", "FIGURES", "summary_row", "ConfigRun", "TuningConfig", "CONFIGS", "main"]
 
 CONFIGS = [TuningConfig("A: Default", 128, 256),
            TuningConfig("B: Shorter Context", 64, 256),
@@ -226,9 +224,6 @@ def insights(rows: list[ConfigRun], num_requests: int) -> list[str]:
               + ("" if same else f" against B's {b.num_kv_blocks}")
               + "; it only caps how many requests one engine step serves")
     return [context, shorter, batch, memory]
-
-
-FIGURES = (("", draw_tuning),)
 
 
 def main(argv: list[str] | None = None) -> Tuning:

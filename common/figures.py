@@ -1,6 +1,6 @@
 """The lab's pictures: the shared drawing helpers, and drawing a result's figures into PNGs.
 
-Each task draws its own figures, with the task (its script's FIGURES: `(("", draw),
+Each task draws its own figures, with the task (its lesson package's FIGURES: `(("", draw),
 ("phases", draw_phases))` gives results/<name>.png and results/<name>_phases.png). A draw
 function is a pure function of the task's saved, typed result: `draw(record)` returns a
 matplotlib Figure, or None when the result holds nothing to draw. What a figure plots is worked

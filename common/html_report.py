@@ -4,11 +4,12 @@
 
 It leads with the answer: the run (machine, model, dtype, dates), then the source's closing table
 (its section 10) with the source's own figure beside this run's for every step, then every
-figure, drawn again here from results/<script>.json (each task's FIGURES), then each step's
-boxed report as the learner saw it (results/<script>.txt, which `make lab` saves as each step
-runs), folded away, one click to open. One self-contained file that opens offline: the figures
-are embedded as data: URIs and the page loads nothing. A step with no saved result says "not
-run yet", with the command that runs it. Nothing is measured and no model runs.
+figure, drawn again here from results/<script>.json (the FIGURES of each step's lesson package,
+the summary's last: common/steps.py), then each step's boxed report as the learner saw it
+(results/<script>.txt, which `make lab` saves as each step runs), folded away, one click to
+open. One self-contained file that opens offline: the figures are embedded as data: URIs and the
+page loads nothing. A step with no saved result says "not run yet", with the command that runs
+it. Nothing is measured and no model runs.
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ summary { cursor: pointer; font-weight: 600; padding: 0.3em 0; }
 
 
 def sections() -> list[steps.Step]:
-    """The lab's steps, in order, then the summary (common/steps.py: each read from its
-    script)."""
+    """The lab's steps, in order, then the summary (common/steps.py: each read from its lesson's
+    package, the summary's from lessons/summary/)."""
     return [*steps.STEPS, steps.SUMMARY]
 
 

@@ -4,8 +4,8 @@ take turns, pass by pass.
 
 Why the median: it is what a learner running the script will see, where the best pass says only
 what the code can do on a quiet machine. The machine's own ceilings (its memory bandwidth, its
-peak matmul) are the exception and take the best pass (best_s): a ceiling is what the machine
-can do, and a neighbour can only slow a pass down. The speed of these machines drifts by a fifth
+peak matmul) and kernels timed alone are the exception and take the best pass (best_s): a
+ceiling is what the machine can do, and a neighbour can only slow a pass down. The speed of these machines drifts by a fifth
 within minutes (docs/measurements.md), so two figures of the same thing are compared by their
 spreads (Spread.agrees), never by their medians alone.
 
@@ -16,6 +16,8 @@ the drift is spread over them all instead of landing in their ratio.
 A way in a process of its own is a Child here and calls serve() there: it sets up, prints READY
 (and what its set-up measured, as JSON), then runs a pass each time it reads "pass" and prints
 RESULT and the pass's JSON; the end of its stdin ends it.
+
+A long task's progress lines carry the time since it started (progress_clock).
 """
 from __future__ import annotations
 
@@ -85,10 +87,20 @@ def median_index(values: list[float]) -> int:
     return order[(len(values) - 1) // 2]
 
 
+def progress_clock() -> Callable[[str], None]:
+    """A progress printer for a long task: one line per part, with the time since it was made."""
+    start = time.perf_counter()
+
+    def progress(text: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
+    return progress
+
+
 def best_s(fn: Callable[[], object], repeats: int, budget_s: float = float("inf")) -> float:
     """Seconds of fn's fastest run of `repeats`, after one untimed run (page faults, the thread
     pool, the kernel's choice); fewer runs once they took budget_s. For the machine's ceilings
-    only (the module's docstring says why)."""
+    and kernels timed alone (the kernel floor, task 13's attention) only: what the code can do
+    (the module's docstring says why)."""
     fn()
     best, spent = float("inf"), 0.0
     for _ in range(repeats):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -181,12 +180,3 @@ def bar(used: int, total: int, width: int = 50) -> str:
     """[####......]: one '#' per full 1/width of total that is used (truncated, as the source)."""
     filled = used * width // total
     return "[" + "#" * filled + "." * (width - filled) + "]"
-
-
-def progress_clock():
-    """A progress printer for a long task: one line per part, with the time since it was made."""
-    start = time.perf_counter()
-
-    def progress(text: str) -> None:
-        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
-    return progress

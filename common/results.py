@@ -8,9 +8,9 @@ the report page read attributes, never keys:
     results.load("task_4_paged_attention", PagedKV, "task 4")      # -> PagedKV, or None
 
 Every file carries the run header (which model, from where, which dtype and why, threads), when
-and on which machine it was measured, and LAB_RESULTS, the version of this layout. Each task's
-record lives with its task (its script names it RECORD); this module holds only what every
-result shares and the lab's own records (lab.py's run, the machine's figures, the summary).
+and on which machine it was measured, and LAB_RESULTS, the version of this layout. Each step's
+record lives in its lesson's package (lessons/<lesson>/__init__.py names it RECORD); this module
+holds only what every result shares and lab.py's own record of its run (LabRun).
 
 A file from an older lab (another LAB_RESULTS, or a field missing or of the wrong kind) or a
 broken one raises StaleResult, whose message is one line:
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from common import settings
 
-LAB_RESULTS = 3   # the layout version: 2 = run header + typed records (issue 17); 3 = whole
-                  # records, every unit in its field's name (issue 22)
+LAB_RESULTS = 3   # the layout version: 2 = run header + typed records; 3 = whole records,
+                  # every unit in its field's name
 
 
 class StaleResult(Exception):

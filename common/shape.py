@@ -2,7 +2,7 @@
 
 ModelShape serves every place that needs the model's dimensions: the KV bytes per token
 (common.kv, tasks 2-4 and 9), the cost of a decode step and the kernel floor's weight shapes
-(common.roofline). (mini_engine reads its own: it imports nothing of the lab.) DTYPE_BYTES and torch_dtype() are
+(common.machine). (mini_engine reads its own: it imports nothing of the lab.) DTYPE_BYTES and torch_dtype() are
 the one map from the lab's dtype names ("bfloat16", "float32") to sizes and torch dtypes.
 """
 from __future__ import annotations

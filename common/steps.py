@@ -1,25 +1,27 @@
 """The one list of the lab's steps. Whatever goes over the lab's steps reads it: `make lab`
-(lab.py) runs them in this order with their arguments, the summary (summary.py) prints their
-section-10 table (table_rows: their rows beside the source's own figures) from their saved
-results (load_all), results/report.html (common/html_report.py) shows the same table, then each
-step in this order with its figures, and the tests check that every task_*.py is here and named
-in the README.
+(lab.py) runs them in this order with their arguments, then the summary (SUMMARY, named here the
+same way); the summary (summary.py) prints their section-10 table (table_rows: their rows beside
+the source's own figures) from their saved results (load_all); results/report.html
+(common/html_report.py) shows the same table, then each step in this order with its figures,
+then the summary's; and the tests check that every task_*.py is here and named in the README.
 
-Each step's lesson is its script, and the script names what the lab reads back from it:
+Each step's lesson is a package, lessons/<its script's name up to its number>/ (lessons/task_9/
+for task_9_build_your_own_engine.py, lessons/verify_environment/, lessons/summary/), and its
+__init__.py names what the lab reads back:
 
     RECORD        the dataclass its result is saved as (results/<name>.json) and read back into
     summary_row   RECORD -> the figure the summary's table shows for it
     FIGURES       ((file suffix, draw(RECORD) -> Figure), ...): its pictures
 
-so adding a task is its script plus one entry here. The script is imported by its name only
-when one of those is asked for (its heavy libraries, torch or vLLM, load inside its functions):
-the arrows point one way, scripts import common/ and no module of common/ imports a script
-(tests/test_layout.py). The summary is named here the same way (SUMMARY), so the report page
-shows its record and figure without importing summary.py.
+so adding a task is its script, its package and one entry here. The script imports its package
+to save its result; the package is imported here only when one of those is asked for. The arrows
+point one way: scripts import lessons/ and common/, lessons/ imports common/, and nothing imports
+a top-level script (tests/test_layout.py).
 """
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,7 +43,7 @@ class Step:
 
     @property
     def name(self) -> str:
-        """Its results' name: results/<name>.json, .txt, .png; also its module's name."""
+        """Its results' name: results/<name>.json, .txt, .png: its script's name."""
         return Path(self.script).stem
 
     @property
@@ -53,11 +55,18 @@ class Step:
         args = [str(port) if a == PORT else a for a in self.args]
         return [self.script, *args, *(self.quick_args if quick else ())]
 
-    # --- what the lab reads back, from the script itself -----------------------------------
+    @property
+    def package(self) -> str:
+        """Its lesson's package: lessons.task_9 for task_9_build_your_own_engine.py, the whole
+        name for a script without a number (lessons.verify_environment, lessons.summary)."""
+        numbered = re.match(r"task_\d+", self.name)
+        return f"lessons.{numbered.group() if numbered else self.name}"
+
+    # --- what the lab reads back, from its lesson's package ----------------------------------
     @cached_property
     def lesson(self):
-        """The step's script as a module (imported on first use)."""
-        return importlib.import_module(self.name)
+        """The step's lesson package (imported on first use)."""
+        return importlib.import_module(self.package)
 
     @property
     def record(self) -> type[results.Result]:
@@ -130,9 +139,9 @@ def by_name() -> dict[str, Step]:
     return {step.name: step for step in STEPS}
 
 
-# The summary is no step of the list (lab.py calls its main() after them, and it has no row in
-# its own table: number "-"): the report page shows it last, its RECORD and FIGURES read from
-# summary.py by name as a step's are.
+# The summary is no step of the list (lab.py runs it after them, once the lab's run is saved,
+# and it has no row in its own table: number "-"): the report page shows it last, its RECORD and
+# FIGURES read from its package (lessons/summary/) as a step's are.
 SUMMARY = Step("summary.py", "-", "Summary of the lab")
 
 
@@ -167,7 +176,7 @@ class SummaryRow(results.Record):
 def table_rows(res: dict[str, results.Result], stale: dict[str, str] | None = None
                ) -> list[SummaryRow]:
     """(step, what it showed, the source's figure, this run's) for every step, each built by
-    its script's summary_row from its typed result; a step not run says how to run it, one
+    its lesson's summary_row from its typed result; a step not run says how to run it, one
     this lab cannot read says to run it again."""
     stale = stale or {}
     rows = []

@@ -1,7 +1,7 @@
 """What task 4 saves (results/task_4_paged_attention.json): the simulation's settings, each
-request's pages, the pool's figures, contiguous allocation's beside them, and the users that fit.
-task_4_paged_attention.py builds it from its page allocator's run; the figure
-(lessons/task_4/figure.py) and the summary read it by attribute."""
+request's pages, the pool's figures, contiguous allocation's beside them, and the users that fit;
+and its row in the summary's table. task_4_paged_attention.py builds it from its page
+allocator's run; the figure (lessons/task_4/figure.py) and the summary read it by attribute."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,3 +60,7 @@ class PagedKV(results.Result):
     users_paged: int          # ...and mean_paged_slots each
     in_bytes: kv.InBytes
     users_ratio: float | None = None   # None: not one user fits contiguously
+
+
+def summary_row(res: PagedKV) -> str:
+    return f"utilisation {res.paged.utilization_pct}%, users {res.users_ratio}x"

@@ -3,6 +3,14 @@ lab's vLLM server, each level in passes that take turns, and one request alone c
 before the scaling factor is printed. Read in order:
 
     task_6_multi_user_load.py   the measurement, the report and its insight
-    record.py                   what it saves: the levels, their spreads, one request alone
+    record.py                   what it saves: the levels, their spreads, one request alone;
+                                the summary's row
     figure.py                   throughput, latency, one after another against all at once
 """
+from lessons.task_6.figure import draw_load_levels
+from lessons.task_6.record import MultiUserLoad, summary_row
+
+# what the lab reads back (common/steps.py)
+RECORD = MultiUserLoad                 # results/task_6_multi_user_load.json
+FIGURES = (("", draw_load_levels),)    # results/task_6_multi_user_load.png
+

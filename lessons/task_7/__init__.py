@@ -5,3 +5,10 @@ server restarted for each, each config's load in passes. Read in order:
     record.py           what it saves: each config's run, the spread of its passes; the summary row
     figure.py           throughput with its spread, latency, requests running and waiting
 """
+from lessons.task_7.figure import draw_tuning
+from lessons.task_7.record import Tuning, summary_row
+
+# what the lab reads back (common/steps.py)
+RECORD = Tuning                   # results/task_7_tuning.json
+FIGURES = (("", draw_tuning),)    # results/task_7_tuning.png
+

@@ -181,19 +181,20 @@ def save_hand_results() -> dict[str, results.Result]:
     its own header, and the summary (its roofline placed by roofline.place from them); returns
     them as loaded back, as the report page reads them."""
     import summary
-    from common import html_report, results, steps
-    from common import roofline as rl
+    from common import html_report, machine, results, steps
+    from lessons.summary import roofline
+    from lessons.summary.record import Summary
     from tests import hand
 
     hand.save_all()
     res, _ = steps.load_all()
-    cost = rl.model_cost(SMOLLM, "float32", 4)
-    machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
-    floor = rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.070, 20: 0.180})
-    record = summary.Summary(header=results.RunHeader("SmolLM2-135M-Instruct", dtype="float32"),
-                             roofline=rl.place(summary.measured_steps(res), cost, machine, 70,
-                                               floor),
-                             engine_point=summary.engine_point(res, "float32"))
+    cost = machine.model_cost(SMOLLM, "float32", 4)
+    figures = machine.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
+    floor = machine.KernelFloor("float32", 2, cost.matmul_params, {1: 0.070, 20: 0.180})
+    record = Summary(header=results.RunHeader("SmolLM2-135M-Instruct", dtype="float32"),
+                     roofline=roofline.place(summary.measured_steps(res), cost, figures, 70,
+                                             floor),
+                     engine_point=summary.engine_point(res, "float32"))
     results.save("summary", record)
     loaded, stale = steps.load_all(html_report.sections())
     assert stale == {}

@@ -7,31 +7,26 @@ attention over tokens not yet written; chunks sized before the prefix-cache hit 
 preempted request coming back with a hit; a prompt that is an exact multiple of the page size,
 fully cached; a page hashed before its chunk was computed; a request's own earlier chunks
 counted as cache hits; a token sampled from a chunk that is not the prompt's last.
-(tests/test_engine_properties.py searches the same rules over random workloads.) On the tiny
+(tests/engine/test_engine_properties.py searches the same rules over random workloads.) On the tiny
 random model with a vocabulary of 1,024 (tiny_llama, tests/conftest.py), fp32, its token ids
 below 1,024; counts and tokens are asserted, never times."""
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import pytest
 import torch
 
 from mini_engine import EngineConfig, LLMEngine, State
 from mini_engine.block_manager import cdiv
+from mini_engine.kernels.attention import in_place_groups
 from mini_engine.model import RequestChunk, make_batch
+from tests import helpers
+from tests.helpers import PAGE, ROOMY
 
-PAGE = 4
-ROOMY = 4096                     # EngineConfig's default budget: never binds here
-
-
-def engine(model, *, budget: int = 16, chunking: bool = True, caching: bool = False,
-           max_batch: int = 3, num_pages: int = 64, page_size: int = PAGE,
-           max_model_len: int = 64, **kw) -> LLMEngine:
-    return LLMEngine(model, [], EngineConfig(
-        kv_bytes=num_pages * page_size * model.kv_bytes_per_token, page_size=page_size,
-        max_batch=max_batch, max_model_len=max_model_len, max_num_batched_tokens=budget,
-        enable_chunked_prefill=chunking, enable_prefix_caching=caching, **kw))
+# this file's cases, unless one says otherwise: a budget of 16 that binds, 3 requests a step
+engine = partial(helpers.engine, budget=16, max_batch=3)
 
 
 def alone(model, prompt: list[int], max_tokens: int, temperature: float = 0.0) -> list[int]:
@@ -195,12 +190,13 @@ def garbage(eng: LLMEngine) -> None:
         pool.copy_(torch.randn(pool.shape, generator=gen) * 100)
 
 
-@pytest.mark.parametrize("in_place", [True, False])
+@pytest.mark.parametrize("in_place", [True, False], ids=["in place", "gathered"])
 def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama, in_place):
     """A 20-token prompt in chunks of 8, 8 and 4 through the model itself, its pool full of
     garbage: each chunk's queries see exactly the positions written so far (the chunk's own rows
-    included, each up to its position: in place, each row's context length; gathered, the mask),
-    and the last logits equal the prompt computed in one go."""
+    included, each up to its position: in place, kernels/attention.py's groups, each row's
+    context length; gathered, the torch way, the mask), and the last logits equal the prompt
+    computed in one go."""
     ids, table = tokens(100, 20), [3, 1, 4, 0, 2]
 
     def logits(chunks):
@@ -211,7 +207,8 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama
         for start, end in chunks:
             batch = make_batch([RequestChunk(ids[start:end], start, table,
                                              num_logits=int(end == len(ids)))], PAGE,
-                               tiny_llama.heads_per_kv, tiny_llama.dtype, in_place=in_place)
+                               tiny_llama.heads_per_kv, tiny_llama.dtype,
+                               in_place=in_place_groups if in_place else None)
             (group,) = batch.groups
             assert group.in_place == in_place
             assert group.context_len == end        # the context ends at the chunk's last token
@@ -229,10 +226,12 @@ def test_a_chunk_attends_over_its_prompt_so_far_and_nothing_unwritten(tiny_llama
     assert torch.allclose(whole, chunked, atol=1e-4, rtol=1e-4)
 
 
-def test_chunks_beside_decodes_read_no_unwritten_slot_in_the_engine(tiny_llama):
-    """The issue's schedule with the engine's pool full of garbage first: the same tokens as
-    each request alone (any read of a slot not yet written this run would change them)."""
-    eng = engine(tiny_llama, budget=16, max_batch=3)
+@pytest.mark.parametrize("kernels", ["torch", "c"])
+def test_chunks_beside_decodes_read_no_unwritten_slot_in_the_engine(tiny_llama, kernels):
+    """The issue's schedule with the engine's pool full of garbage first, the torch way and with
+    the kernels (the C reads the pages in place): the same tokens as each request alone (any
+    read of a slot not yet written this run would change them)."""
+    eng = engine(tiny_llama, budget=16, max_batch=3, kernels=kernels)
     garbage(eng)
     a, b = (eng.add_request(tokens(100 + 10 * i, 4), 12) for i in range(2))
     eng.step()

@@ -1,27 +1,32 @@
 """Task 9's engine, built from scratch: token for token against transformers on the tiny model
-(tests/test_task_9.py checks the real one, in the quick lab's run), under preemption, the two batching
-policies on a workload worked out by hand, and task 9 end to end; then mini_engine on its own:
-it imports nothing of the lab, EngineConfig refuses a bad setting by name, building a model runs
-no kernel choice, the profiler changes what is recorded and never a token. Counts and tokens are
-asserted, never times."""
+(tests/tasks/test_task_9.py checks the real one, in the quick lab's run), under preemption, the
+two batching policies on a workload worked out by hand, and task 9 end to end; then mini_engine
+on its own: it imports nothing of the lab, EngineConfig refuses a bad setting by name, the
+torch engine runs no kernel choice, its kernels (mini_engine/kernels/, EngineConfig.kernels)
+make the torch way's tokens and fall back to it where no C compiler works, the packed product
+kept is the fastest timed, the profiler changes what is recorded and never a token. Counts and
+tokens are asserted, never times."""
 from __future__ import annotations
 
 import re
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
 import task_9_build_your_own_engine as task9
 from common import settings, steps
 from lessons.task_9 import record as task_9_record
+from lessons.task_9.workloads import Request, make_workload
 from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.engine import eos_token_ids
-from tests.conftest import assert_fits, run_script, saved_result
+from tests.helpers import assert_fits, run_script, saved_result
 
 
 def engine_args(**overrides) -> Namespace:
+    """Task 9's engine flags, its --kernels default (c) among them."""
     return Namespace(**{"kv_bytes": settings.KV_CACHE_BYTES, "page_size": 16, "max_batch": 16,
-                        "seed": 0, **overrides})
+                        "seed": 0, "kernels": "c", **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +151,7 @@ def test_a_policy_run_on_the_hand_workload(tiny, label, policy, pad, steps):
     2 rows hold at most 2 pages, where reserving 128 tokens per row would hold 2 x 8 = 16."""
     folder, model, _, tokenizer = tiny
     prompt = tokenizer("Hello there")["input_ids"]
-    workload = [task9.Request(prompt, n) for n in (8, 1, 1, 1)]
+    workload = [Request(prompt, n) for n in (8, 1, 1, 1)]
     run, _ = task9.run_policy(model, eos_token_ids(folder), workload, engine_args(max_batch=2),
                               label, policy, pad)
     assert (run.num_tokens, run.num_steps) == (11, steps)
@@ -160,7 +165,7 @@ def test_the_ratios_task_9_saves_by_hand():
     # round by round: continuous 50, 45, 60 tok/s, static 40, 36, 50, vLLM 40, 50, 48:
     # continuous over static 1.25, 1.25, 1.20 -> 1.25 (1.20-1.25); over vLLM 1.25, 0.90, 1.25 ->
     # 1.25 (0.90-1.25); the median pass of each whole (a record without them saves neither:
-    # tests/test_task_9.py)
+    # tests/tasks/test_task_9.py)
     def run(label, passes):
         return task_9_record.PolicyRun(label, passes[0], 1.0, 50, 0.1, 0.2, 0.05, 10, 0.5, 4,
                                        16, 0, passes)
@@ -187,15 +192,15 @@ def test_the_ratios_task_9_saves_by_hand():
 
 def test_workload_is_seeded_and_fits(tiny):
     tokenizer = tiny[3]
-    a = task9.make_workload(tokenizer, 48, 32, seed=0)
-    assert a == task9.make_workload(tokenizer, 48, 32, seed=0)
-    assert a != task9.make_workload(tokenizer, 48, 32, seed=1)
+    a = make_workload(tokenizer, 48, 32, seed=0)
+    assert a == make_workload(tokenizer, 48, 32, seed=0)
+    assert a != make_workload(tokenizer, 48, 32, seed=1)
     assert all(1 <= r.num_output and len(r.prompt_ids) + r.num_output <= 128 for r in a)
 
 
 def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
     """Parts 1, 2 and 3 (part 4, vLLM and transformers on the workload, runs on the real model
-    in the quick lab: tests/test_task_9.py)."""
+    in the quick lab: tests/tasks/test_task_9.py)."""
     proc = run_script("task_9_build_your_own_engine.py", "--model", tiny_model,
                       "--dtype", "float32", "--requests", "6", "--max-batch", "3",
                       "--mean-output", "6", "--no-vllm", timeout=600)
@@ -222,9 +227,12 @@ def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
     assert isinstance(run, task9.OwnEngine) and run.vllm is None and set(run.phases) == {1, 3}
     assert all(len(run.timelines[label].seq_ids) == p.num_steps
                for label, p in run.policies.items())
-    assert run.linear_choices.batch_sizes == [1, 3]
-    assert all(set(c.chosen_s) == {1, 3} for c in run.linear_choices.layers.values())
-    assert task9.summary_row(run).startswith("8/8 = HF, ")
+    # what the engine ran (--kernels c, the default): this machine builds the C, and the tiny
+    # model's heads are within paged_attention.c's limits; no 8-bit cache, no compile
+    assert run.kernels == {"attention": "C, pages in place", "products": run.kernels["products"],
+                           "8-bit cache": "-", "forward": "eager"}
+    assert run.kernels["products"] in ("F.linear", "matmul.c", "oneDNN packed")
+    assert task_9_record.summary_row(run).startswith("8/8 = HF, ")
     assert proc.stdout.count("Figure:") == 2 and "not drawn" not in proc.stdout   # both PNGs
 
 
@@ -271,62 +279,79 @@ def test_a_budget_smaller_than_one_request_is_one_line_and_exit_2(tiny_model):
                      "(131,072 B in float32)"], proc.stderr
 
 
-def test_every_linear_kernel_computes_the_same_product():
-    """Each candidate of mini_engine/linear.py, fused or not, against x @ W.T written out, on the
-    tiny model's shapes: the choice made at load changes the speed, never the maths."""
-    import torch
-
-    from mini_engine import linear as lin
-
-    torch.manual_seed(0)
-    parts = [torch.randn(128, 64), torch.randn(64, 64), torch.randn(64, 64)]   # q, k, v
-    x = torch.randn(5, 64)
-    reference = x @ torch.cat(parts).T
-    kernels = lin.available_kernels(torch.float32)
-    assert [k.name for k in kernels][:2] == ["F.linear", "W @ x.T"]
-    for kernel in kernels:
-        for fused in (True, False):
-            y = lin.Linear(parts, kernel, fused)(x)
-            assert y.shape == (5, 256) and torch.allclose(y, reference, rtol=1e-4, atol=1e-4)
-
-
-def test_the_choice_is_the_fastest_measured_and_builds_back():
-    import torch
-
-    from mini_engine import linear as lin
-
-    layers = {"qkv": [[torch.randn(96, 32), torch.randn(32, 32), torch.randn(32, 32)]] * 2,
-              "down": [[torch.randn(32, 64)]] * 2}          # two layers of each kind
-    choices, built = lin.choose(layers, torch.float32, [1, 4], budget_s=0.003)
-    kernels = [k.name for k in lin.available_kernels(torch.float32)]
-    # qkv: every kernel fused and unfused; down: one part, so no fusion to choose
-    assert set(choices["qkv"].seconds) == {f"{k}{s}" for k in kernels for s in ("", ", unfused")}
-    assert set(choices["down"].seconds) == set(kernels)
-    for c in choices.values():
-        assert c.seconds[c.chosen] == min(c.seconds.values())
-        assert [linear.label for linear in built[c.kind]] == [c.chosen] * 2
-        assert lin.build(layers[c.kind][0], c.chosen).label == c.chosen
-
-
-def test_a_forced_kernel_makes_the_same_tokens_as_the_measured_choice(tiny):
-    folder, _, _, tokenizer = tiny
-    chosen = Llama(folder)
-    chosen.choose_kernels((1, 4))                 # the warm-up, asked for
-    forced = Llama(folder, linear="F.linear")
-    assert set(forced.linear_labels.values()) == {"F.linear"} and forced.linear_choices == {}
-    assert set(chosen.linear_choices) == {"qkv", "o", "gate_up", "down", "lm_head"}
-    assert chosen.linear_batch_sizes == [1, 4] and chosen.linear_choice_s > 0
-    assert chosen.linear_labels == {k: c.chosen for k, c in chosen.linear_choices.items()}
-    assert all(set(c.chosen_s) == {1, 4} for c in chosen.linear_choices.values())
-    outputs = []
-    for m in (chosen, forced):
-        eng = LLMEngine(m, eos_token_ids(folder),
-                        EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, max_batch=4))
+def test_the_kernels_make_the_torch_ways_tokens(tiny):
+    """EngineConfig.kernels "c" (paged_attention.c, the packed product kept by
+    kernels/linear.py) against "torch" (gather + SDPA, F.linear) on the tiny model in fp32: the
+    same greedy tokens, each engine saying what it ran."""
+    folder, model, _, tokenizer = tiny
+    outputs, used = {}, {}
+    for kernels in ("torch", "c"):
+        eng = LLMEngine(model, eos_token_ids(folder),
+                        EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, max_batch=4,
+                                     kernels=kernels))
         seqs = [eng.add_request(tokenizer(p)["input_ids"], 12, min_tokens=12)
                 for p in task9.CHECK_PROMPTS[:4]]
         eng.run()
-        outputs.append([s.output_ids for s in seqs])
-    assert outputs[0] == outputs[1]
+        outputs[kernels], used[kernels] = [s.output_ids for s in seqs], eng.kernels_used()
+    assert outputs["c"] == outputs["torch"]
+    assert used["torch"] == {"attention": "torch, gathered + SDPA", "products": "F.linear",
+                             "8-bit cache": "-", "forward": "eager"}
+    assert used["c"]["attention"] == "C, pages in place"     # this machine has a C compiler
+    assert used["c"]["products"] in ("F.linear", "matmul.c", "oneDNN packed")
+
+
+# a child with no C compiler (CC, when set, is the only one tried: kernels/build.py) and an empty
+# cache (no library built before is found): kernels "c" builds nothing and runs the torch way
+NO_COMPILER = """
+import json, sys
+import torch
+from mini_engine import EngineConfig, LLMEngine, Llama
+from mini_engine.kernels import build
+
+model = Llama(sys.argv[1])
+prompts = [[(7 * i + j) % 500 + 1 for j in range(n)] for i, n in enumerate([5, 17, 33])]
+out = {"library": build.library("paged_attention.c") is None}
+for kernels in ("torch", "c"):
+    for kv in ("auto", "fp8"):
+        eng = LLMEngine(model, [], EngineConfig(kv_bytes=64 * 16 * model.kv_bytes_per_token,
+                                                max_batch=3, kernels=kernels, kv_cache_dtype=kv))
+        seqs = [eng.add_request(p, 10, min_tokens=10) for p in prompts]
+        eng.run()
+        out[f"{kernels} {kv}"] = {"tokens": [s.output_ids for s in seqs],
+                                  "used": eng.kernels_used()}
+print(json.dumps(out))
+"""
+
+
+def test_without_a_c_compiler_the_kernels_fall_back_to_torch(small_vocab_model, tmp_path):
+    """A machine with no C compiler: the engine's tests pass with the kernels off. In a child
+    process with CC=/nonexistent and an empty cache, no library is built, an engine asked for
+    kernels "c" reports the torch way for attention and the 8-bit cache, and its greedy tokens
+    are the torch engine's, in the model's dtype and in fp8."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    proc = subprocess.run([sys.executable, "-c", NO_COMPILER, small_vocab_model], cwd=REPO,
+                          env={**os.environ, "CC": "/nonexistent", "XDG_CACHE_HOME": str(cache)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["library"] is True                         # build.library(...) is None
+    assert list(cache.rglob("*.so")) == []                # nothing built, nothing cached
+    for kv in ("auto", "fp8"):
+        used = out[f"c {kv}"]["used"]
+        assert used["attention"] == "torch, gathered + SDPA"
+        assert used["8-bit cache"] == ("torch" if kv == "fp8" else "-")
+        assert used["products"] in ("F.linear", "oneDNN packed")   # matmul.c is C too
+        assert used["forward"] == "eager"
+        assert out[f"c {kv}"]["tokens"] == out[f"torch {kv}"]["tokens"]
+        assert all(len(t) == 10 for t in out[f"c {kv}"]["tokens"])
 
 
 # --- mini_engine on its own: no lab imports, one config, the warm-up and the profiler asked for --
@@ -336,9 +361,11 @@ def test_mini_engine_imports_nothing_of_the_lab():
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
-    code = ("import sys, mini_engine, mini_engine.linear, mini_engine.profiler; "
+    code = ("import sys, mini_engine, mini_engine.profiler, mini_engine.kernels.attention, "
+            "mini_engine.kernels.build, mini_engine.kernels.compiled, "
+            "mini_engine.kernels.kv_quant, mini_engine.kernels.linear; "
             "lab = sorted(m for m in sys.modules if m == 'common' or m.startswith('common.')); "
             "assert not lab, lab")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
@@ -351,13 +378,16 @@ def test_mini_engine_imports_nothing_of_the_lab():
     ({"page_size": 0}, "EngineConfig.page_size must be at least 1, not 0"),
     ({"max_batch": -2}, "EngineConfig.max_batch must be at least 1, not -2"),
     ({"max_model_len": 0}, "EngineConfig.max_model_len must be at least 1, not 0"),
-    ({"prefill_query_chunk": 0}, "EngineConfig.prefill_query_chunk must be at least 1, not 0"),
     ({"policy": "fifo"}, "EngineConfig.policy 'fifo' is not one of continuous, static"),
     ({"pad_finished": 1}, "EngineConfig.pad_finished must be bool, not 1"),
     ({"enable_prefix_caching": "yes"}, "EngineConfig.enable_prefix_caching must be bool"),
     ({"max_batch": True}, "EngineConfig.max_batch must be int, not True"),
     ({"kv_bytes": 1.5e8}, "EngineConfig.kv_bytes must be int, not 150000000.0"),
     ({"seed": None}, "EngineConfig.seed must be int, not None"),
+    ({"kernels": "gpu"}, "EngineConfig.kernels 'gpu' is not one of torch, c, compiled"),
+    ({"kernels": True}, "EngineConfig.kernels must be str, not True"),
+    ({"kernels": "compiled", "kv_cache_dtype": "fp8"},
+     "EngineConfig.kernels 'compiled' runs the model's own pools only: the 8-bit KV cache"),
 ])
 def test_engine_config_refuses_a_bad_setting_by_name(overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -367,45 +397,63 @@ def test_engine_config_refuses_a_bad_setting_by_name(overrides, message):
 def test_engine_config_defaults_and_the_budget_check(tiny):
     config = EngineConfig(kv_bytes=settings.KV_CACHE_BYTES)
     assert (config.page_size, config.max_batch, config.max_model_len, config.policy,
-            config.pad_finished, config.seed, config.enable_prefix_caching) == \
-        (16, 16, 128, "continuous", True, 0, False)
+            config.pad_finished, config.seed, config.enable_prefix_caching, config.kernels) == \
+        (16, 16, 128, "continuous", True, 0, False, "torch")
     model = tiny[1]
     # the tiny model's fp32 KV is 1,024 B a token: 7 pages of 16 cannot hold 128 tokens (8 pages)
     with pytest.raises(ValueError, match="holds 7 pages of 16 tokens: not one request of 128"):
         LLMEngine(model, [], EngineConfig(kv_bytes=7 * 16 * model.kv_bytes_per_token))
 
 
-def test_building_a_llama_runs_no_kernel_choice(tiny_model, monkeypatch):
-    """The kernel choice is a warm-up the caller asks for: building a model only loads it, and
-    its layers run F.linear until choose_kernels."""
-    from mini_engine import linear as lin
+def test_the_torch_engine_runs_no_kernel_choice(small_vocab_model, monkeypatch):
+    """The products' timing (kernels/linear.py's for_model, about a second on SmolLM) is what
+    kernels "c" asks for: building a model and a torch engine run none, and that engine's
+    forward is F.linear. An engine with kernels "c" times them once a model: a second engine on
+    the same model takes the first one's Products, packed weights and all."""
+    import torch.nn.functional as F
+
+    from mini_engine.kernels import linear as lin
 
     def no_choice(*args, **kwargs):
-        raise AssertionError("the kernel choice ran while the model was built")
+        raise AssertionError("the products were timed for a torch engine")
 
-    monkeypatch.setattr(lin, "choose", no_choice)
-    model = Llama(tiny_model)
-    assert model.linear_choices == {} and model.linear_choice_s == 0.0
-    assert set(model.linear_labels.values()) == {"F.linear"}
-    assert {layer.qkv.label for layer in model.layers} == {"F.linear"}
+    monkeypatch.setattr(lin, "for_model", no_choice)
+    model = Llama(small_vocab_model)
+    config = EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, max_batch=2)
+    eng = LLMEngine(model, [], config)
+    assert eng.linear is F.linear and eng.products is None and eng.kernels_used()["products"] \
+        == "F.linear"
     monkeypatch.undo()
-    model.choose_kernels((1, 2))
-    with pytest.raises(RuntimeError, match="kernels already chosen"):
-        model.choose_kernels((1, 2))
+    c_config = EngineConfig(kv_bytes=settings.KV_CACHE_BYTES, max_batch=2, kernels="c")
+    first, second = (LLMEngine(model, [], c_config) for _ in range(2))
+    assert first.products is second.products and first.linear is second.linear
+    assert set(first.products.ms) >= {"F.linear"}
+    assert all(set(ms) == {1, 2} for ms in first.products.ms.values())   # batch 1 and the cap
 
 
-def test_the_layers_are_typed_and_share_their_weights(tiny):
-    """Each decoder layer is a DecoderLayer with named fields; an F.linear layer's parts are views
-    of the weight it runs (rebuilding it for the choice copies nothing)."""
+def test_the_layers_are_typed_and_hold_the_checkpoints_weights(tiny):
+    """Each decoder layer is a DecoderLayer whose linear weights are plain tensors, q, k and v
+    stacked into one (gate and up too), row for row the checkpoint's; linear_weights() lists
+    those very tensors, every layer's in forward order, then the LM head (the embedding: tied)."""
+    import torch
+    from safetensors.torch import load_file
+
     from mini_engine.model import DecoderLayer
 
-    model = tiny[1]
+    folder, model = tiny[0], tiny[1]
     layer = model.layers[0]
     assert isinstance(layer, DecoderLayer) and len(model.layers) == 2
-    q, k, v = layer.qkv.parts()
-    assert (q.shape, k.shape, v.shape) == ((128, 128), (64, 128), (64, 128))
-    assert q.data_ptr() == layer.qkv.prepared[0].data_ptr()
-    assert [p.shape for p in layer.gate_up.parts()] == [(256, 128), (256, 128)]
+    # 2 heads of 64 + 1 KV head of 64 each for k and v; gate and up of 256; hidden 128
+    assert [tuple(getattr(layer, kind).shape) for kind in DecoderLayer.LINEARS] == [
+        (256, 128), (128, 128), (512, 128), (128, 256)]
+    w = load_file(next(Path(folder).glob("*.safetensors")))
+    p = "model.layers.0."
+    assert torch.equal(layer.qkv, torch.cat([w[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]))
+    assert torch.equal(layer.gate_up[256:], w[p + "mlp.up_proj.weight"])
+    weights = model.linear_weights()
+    assert len(weights) == 2 * 4 + 1 and weights[-1] is model.lm_head is model.embed
+    assert [t.data_ptr() for t in weights[:4]] == [getattr(layer, k).data_ptr()
+                                                   for k in DecoderLayer.LINEARS]
 
 
 def test_without_a_profiler_a_step_records_no_phases_and_the_same_tokens(tiny):
@@ -434,17 +482,51 @@ def test_without_a_profiler_a_step_records_no_phases_and_the_same_tokens(tiny):
         [(s.num_rows, s.num_tokens, s.seq_ids) for s in profiled.steps]
 
 
-def test_without_onednn_the_choice_falls_back_to_the_public_kernels(monkeypatch):
+def test_the_product_kept_is_the_fastest_timed_and_gives_f_linears(small_vocab_model):
+    """kernels/linear.py's for_model, on the tiny model in fp32 and bf16: it timed F.linear and
+    each way that works here at the batch sizes asked, and kept the one whose summed ms is the
+    least; its product of every weight of the model is F.linear's, within fp32's rounding in
+    fp32 and bf16's in bf16. The ms are whatever this machine measured: only their order is
+    asserted, never a time."""
+    import torch
+    import torch.nn.functional as F
+
+    from mini_engine.kernels import linear as lin
+
+    for dtype, tolerance in (("float32", 1e-5), ("bfloat16", 2e-2)):
+        model = Llama(small_vocab_model, dtype)
+        products = lin.for_model(model, (1, 3))
+        working = {w.name for w in lin.WAYS if lin.works(w, model.dtype)}
+        assert set(products.ms) == {"F.linear"} | working
+        assert all(set(ms) == {1, 3} and min(ms.values()) > 0 for ms in products.ms.values())
+        assert products.name == min(products.ms, key=lambda way: sum(products.ms[way].values()))
+        assert lin.for_model(model, (1, 3)) is products          # once a model
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            for weight in model.linear_weights():
+                for rows in (1, 3, 7):
+                    x = torch.randn(rows, weight.shape[1]).to(model.dtype)
+                    y, ref = products.linear(x, weight), F.linear(x, weight)
+                    assert y.shape == ref.shape and y.dtype == ref.dtype
+                    scale = ref.float().abs().max().item()
+                    assert (y.float() - ref.float()).abs().max().item() <= tolerance * scale, \
+                        (dtype, products.name, tuple(weight.shape), rows)
+
+
+def test_without_onednn_the_choice_runs_among_the_others(small_vocab_model, monkeypatch):
     """oneDNN's packed linear is two private torch ops: where they are missing (or refuse the
-    dtype), it is no candidate and the choice runs among F.linear and W @ x.T."""
+    dtype), it does not work here, is never timed, and the product kept is another."""
     import torch
 
-    from mini_engine import linear as lin
+    from mini_engine.kernels import linear as lin
 
     def missing(*args):
         raise AttributeError("'_OpNamespace' 'mkldnn' object has no attribute '_linear_pointwise'")
 
-    monkeypatch.setattr(lin, "_packed_run", missing)
-    assert [k.name for k in lin.available_kernels(torch.float32)] == ["F.linear", "W @ x.T"]
-    choices, _ = lin.choose({"o": [[torch.randn(32, 32)]]}, torch.float32, [1], budget_s=0.003)
-    assert set(choices["o"].seconds) == {"F.linear", "W @ x.T"}
+    gone = lin.Way("oneDNN packed", lin.onednn_pack, missing)
+    monkeypatch.setattr(lin, "WAYS", (lin.WAYS[0], gone))
+    assert not lin.works(gone, torch.float32) and not lin.works(gone, torch.bfloat16)
+    products = lin.for_model(Llama(small_vocab_model, "bfloat16"), (1, 2))
+    assert "oneDNN packed" not in products.ms and products.name != "oneDNN packed"
+    assert set(products.ms) == {"F.linear"} | ({"matmul.c"} if lin.works(lin.WAYS[0],
+                                                                       torch.bfloat16) else set())

@@ -6,7 +6,8 @@ continuous policy. So the invariants are stated here and hypothesis draws the ca
 (prompt and output lengths, EOS held off or allowed), KV budgets from exactly one request's pages
 up to plenty, page sizes, batch caps, both policies, padding on and off, and the step's token
 budget (issue 23) from the least the config allows (the cap with chunking, so 1 at a cap of 1;
-max_model_len without) up to one that never binds, chunking on and off. On the tiny random model
+max_model_len without) up to one that never binds, chunking on and off, and the engine's
+kernels (EngineConfig.kernels: torch, C, compiled). On the tiny random model
 the tests build (tiny_llama, tests/conftest.py: 2 layers, a vocabulary of 1,024, so token ids
 are drawn from 1 to 1,023), each case takes milliseconds. Counts, pages and tokens are asserted,
 never times.
@@ -32,7 +33,8 @@ and at the end:
   still ends within it);
 - every request has exactly its tokens when EOS is held off (else it stopped at EOS or its max);
 - each request's greedy tokens equal the same request run alone in a roomy pool without the
-  prefix cache and without chunks (so neither the cache nor the budget changes a token);
+  prefix cache and without chunks, the torch way (so neither the cache, the budget nor the
+  kernels change a token);
 - every page is free again, every ref count zero.
 
 Half the cases turn the prefix cache on, and the workloads share a drawn prefix (a system prompt),
@@ -72,7 +74,7 @@ from mini_engine.kv_quant import bytes_per_token
 from mini_engine.model import GroupMember, split_by_context
 from mini_engine.proposer import NgramProposer
 from mini_engine.scheduler import step_bound
-from tests.conftest import SMALL_VOCAB as VOCAB     # tiny_llama's vocabulary
+from tests.helpers import SMALL_VOCAB as VOCAB     # tiny_llama's vocabulary
 
 MAX_MODEL_LEN = 40      # short, so a drawn workload fills a small pool quickly
 ROOMY_PAGES = 64        # the reference run: one request alone never preempted
@@ -94,8 +96,9 @@ def kv_bytes(model: Llama, num_pages: int, page_size: int, kv: tuple = AUTO) -> 
 
 def run_alone(model: Llama, prompt: tuple, max_tokens: int, min_tokens: int, eos: tuple,
               kv: tuple = AUTO) -> list:
-    """The tokens a request makes alone, its prompt in one step, the KV cache in format kv (an
-    8-bit cache quantizes each token's K and V on their own, so a batch changes none of them)."""
+    """The tokens a request makes alone, its prompt in one step, the torch way (kernels "torch"),
+    the KV cache in format kv (an 8-bit cache quantizes each token's K and V on their own, so a
+    batch changes none of them)."""
     key = (prompt, max_tokens, min_tokens, eos, kv)
     if key not in _alone:
         eng = LLMEngine(model, list(eos), EngineConfig(
@@ -139,22 +142,16 @@ def engine_settings(draw, page_size: int) -> dict:
             "budget": draw(st.sampled_from([0, 1, 2, 5, 13, ROOMY_BUDGET])
                            .map(lambda extra, least=max_batch if chunking else MAX_MODEL_LEN:
                                 least + extra)),
-            # task 13: the forward compiled; torch keeps the graphs for the process, so the
-            # search compiles once, at the first case that draws it
-            "compile_model": (compiled := draw(st.booleans())),
+            # EngineConfig.kernels: the torch way (gather + SDPA, F.linear); "c", the pages read
+            # in place by paged_attention.c, the packed product, the 8-bit cache in C; or
+            # "compiled", the same with the forward one graph of torch.compile (torch keeps the
+            # graphs for the process, so the search compiles once, at the first case that
+            # draws it)
+            "kernels": (kernels := draw(st.sampled_from(["torch", "c", "compiled"]))),
             # task 14: the KV cache in 8 bits, each format and scale (the compiled forward runs
             # the model's own pools only)
-            "kv": AUTO if compiled else draw(st.sampled_from(
-                [AUTO, ("fp8", "token"), ("fp8", "layer"), ("fp8_e5m2", "token")])),
-            # issue 29: attention in calls of at most this many context slots; 1 and 12 split a
-            # batch into calls of one or a few requests (mini_engine's default keeps it whole)
-            "attention_call_slots": draw(st.sampled_from([2048, 1, 12])),
-            # a prefill's queries in pieces of at most this many (64, the default, cuts none of
-            # these prompts; 1 cuts every prefill, 3 every one of 4 tokens or more)
-            "prefill_query_chunk": draw(st.sampled_from([64, 1, 3])),
-            # issue 29: which rows attend in paged_attention.c, reading the pages in place:
-            # every row (the default), decode rows only, or none (all of them gathered)
-            "in_place": draw(st.sampled_from([(True, True), (True, False), (False, False)]))}
+            "kv": AUTO if kernels == "compiled" else draw(st.sampled_from(
+                [AUTO, ("fp8", "token"), ("fp8", "layer"), ("fp8_e5m2", "token")]))}
 
 
 @st.composite
@@ -243,11 +240,7 @@ def test_scheduler_invariants(tiny_llama, case):
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
-        compile_model=case["compile_model"],
-        attention_call_slots=case["attention_call_slots"],
-        prefill_query_chunk=case["prefill_query_chunk"], kv_cache_dtype=case["kv"][0],
-        decode_in_place=case["in_place"][0], prefill_in_place=case["in_place"][1],
-        kv_scale=case["kv"][1]))
+        kernels=case["kernels"], kv_cache_dtype=case["kv"][0], kv_scale=case["kv"][1]))
     eng.warm_up()
     min_tokens = [n if case["eos_held_off"] else 0 for _, n in case["workload"]]
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
@@ -285,7 +278,7 @@ def test_scheduler_invariants(tiny_llama, case):
              "roomy" if case["budget"] >= ROOMY_BUDGET else "between"))
     event(f"a prefill cut into chunks: {num_short > 0}")
     event(f"preempted: {eng.scheduler.num_preemptions > 0}")
-    event(f"compiled forward: {case['compile_model']}")
+    event(f"kernels: {case['kernels']}")
     event(f"KV cache: {' '.join(case['kv'])}")
     if not case["eos_held_off"]:
         event(f"EOS allowed, a request ended at it before max_tokens: "
@@ -429,11 +422,8 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
         enable_prefix_caching=case["prefix_caching"],
         max_num_batched_tokens=case["budget"], enable_chunked_prefill=case["chunking"],
         num_speculative_tokens=case["k"], prompt_lookup_min=case["n"][0],
-        prompt_lookup_max=case["n"][1], compile_model=case["compile_model"],
-        attention_call_slots=case["attention_call_slots"],
-        prefill_query_chunk=case["prefill_query_chunk"], kv_cache_dtype=case["kv"][0],
-        decode_in_place=case["in_place"][0], prefill_in_place=case["in_place"][1],
-        kv_scale=case["kv"][1]))
+        prompt_lookup_max=case["n"][1], kernels=case["kernels"],
+        kv_cache_dtype=case["kv"][0], kv_scale=case["kv"][1]))
     eng.warm_up()
     proposer = NgramProposer(case["k"], *case["n"])
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"],
@@ -475,7 +465,7 @@ def test_speculative_decoding_changes_no_token(tiny_llama, case):
     for why in sorted(reached):
         event(f"guesses cut by {why}")
     event(f"EOS {case['eos']}")
-    event(f"compiled forward: {case['compile_model']}")
+    event(f"kernels: {case['kernels']}")
     event(f"KV cache: {' '.join(case['kv'])}")
     if case["eos"] == "allowed":
         event(f"EOS allowed, a request ended at it before max_tokens: "

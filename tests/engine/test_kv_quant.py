@@ -1,9 +1,11 @@
 """mini_engine's 8-bit KV cache (task 14, mini_engine/kv_quant.py): the arithmetic of a token's
 bytes and the pages a budget buys, exact; what a write and a read give back, within the format's
-precision; scales that stay with their slot; the settings it refuses; and the bound on greedy
+precision; scales that stay with their slot; the C write and read (kernels/kv_quant.py's
+CQuantizedPool) giving the torch way's bits; the settings it refuses; and the bound on greedy
 output and log-probabilities it keeps on the tiny model, measured there and stated below. The
-property tests (test_engine_properties.py) draw it on every path of a step: there a request's
-tokens with an 8-bit cache are the ones it makes alone with the same cache."""
+property tests (test_engine_properties.py) draw it on every path of a step, with each kernels
+setting: there a request's tokens with an 8-bit cache are the ones it makes alone with the same
+cache, the torch way."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +13,9 @@ import torch
 
 from lessons.task_14 import quality as q
 from mini_engine import EngineConfig, LLMEngine
-from mini_engine import kv_quant, native
+from mini_engine.kernels import build
+from mini_engine.kernels import kv_quant as c_kv
+from mini_engine.kernels.kv_quant import CQuantizedPool
 from mini_engine.kv_quant import KV_CACHE_DTYPES, QuantizedPool, bytes_per_token, dequantize
 
 SMOL = (30, 3, 64)      # SmolLM2-135M: layers, KV heads, head_dim
@@ -92,20 +96,23 @@ def codes_and_ties(fp8: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("scale", ["token", "layer"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_the_write_in_one_pass_of_c_gives_torchs_bits(kv, scale, dtype):
-    """kv_quant.c's write against torch's: the same codes and the same scales, bit for bit, for
+    """kv_quant.c's write (CQuantizedPool) against torch's (QuantizedPool): the same codes and
+    the same scales, bit for bit, for
     every code, every tie between two codes, random floats of every magnitude and the edges, in
     both formats, both scales and both of the model's dtypes; K and V given as the model gives
     them (slices of its projection's rows), written to slots out of order."""
-    assert kv_quant.c_kernels() is not None, "this machine has a C compiler: the C is built"
+    assert c_kv.available(), "this machine has a C compiler: the C is built"
     x = codes_and_ties(KV_CACHE_DTYPES[kv])
     rows = x.numel() // (5 * 64)
     qkv = x[:rows * 5 * 64].view(rows, 5, 64).to(dtype)     # 2 query heads, then K's 2, V's 1
     qkv[0, 2], qkv[1, 2] = 0.0, 1e-30      # heads whose scale is the smallest one, 1e-12
     k, v = qkv[:, 2:4], torch.cat([qkv[:, 4:], -qkv[:, 4:]], dim=1)
     slots = torch.randperm(rows + 7)[:rows]
-    c, torch_ = (QuantizedPool.allocate(rows + 7, 2, 64, kv, scale) for _ in range(2))
+    c = CQuantizedPool.allocate(rows + 7, 2, 64, kv, scale)
+    torch_ = QuantizedPool.allocate(rows + 7, 2, 64, kv, scale)
+    assert type(c) is CQuantizedPool and type(torch_) is QuantizedPool
     c.write(slots, k, v)
-    torch_.write_with_torch(slots, k, v)
+    torch_.write(slots, k, v)
     assert torch.equal(c.values.view(torch.uint8), torch_.values.view(torch.uint8))
     assert scale == "layer" or torch.equal(c.scales.view(torch.int16),
                                            torch_.scales.view(torch.int16))
@@ -118,16 +125,16 @@ def test_the_read_in_one_pass_of_c_gives_torchs_bits(kv, scale, dtype):
     """kv_quant.c's read against the same read in torch's four passes: every value of the pool,
     the format's subnormals and its largest among them, slots repeated and out of order, bit for
     bit, in both formats, both scales and both of the model's dtypes."""
-    assert kv_quant.c_kernels() is not None, "this machine has a C compiler: the C is built"
+    assert c_kv.available(), "this machine has a C compiler: the C is built"
     torch.manual_seed(0)
-    pool = QuantizedPool.allocate(256, 3, 64, kv, scale)
+    pool = CQuantizedPool.allocate(256, 3, 64, kv, scale)
     k, v = torch.randn(2, 256, 3, 64) * torch.logspace(-6, 3, 256)[:, None, None]
     pool.write(torch.arange(256), k, v)
     if scale == "layer":    # every code a write can make (no NaN, no infinity), in some slot
         pool.values.view(torch.uint8)[:, 0, 0, 0] = torch.arange(256, dtype=torch.uint8)
         pool.values.view(torch.uint8)[~pool.values.float().isfinite()] = 0
     slots = torch.cat([torch.randperm(256), torch.tensor([5, 5, 0, 255])])
-    fused, four = pool.read(slots, dtype), pool.read_with_torch(slots, dtype)
+    fused, four = pool.read(slots, dtype), QuantizedPool.read(pool, slots, dtype)
     assert fused.dtype == four.dtype == dtype and fused.shape == four.shape == (260, 2, 3, 64)
     assert torch.equal(fused.view(torch.uint8), four.view(torch.uint8))
 
@@ -136,7 +143,7 @@ def test_the_read_in_one_pass_of_c_gives_torchs_bits(kv, scale, dtype):
 def test_a_slot_outside_the_pool_is_an_error_not_a_crash(slots, bad):
     """The C checks every slot before it touches the pool: the first bad one is an IndexError,
     and a write that is refused writes nothing."""
-    pool = QuantizedPool.allocate(8, 1, 64, "fp8", "token")
+    pool = CQuantizedPool.allocate(8, 1, 64, "fp8", "token")
     before = pool.values.view(torch.uint8).clone(), pool.scales.clone()
     with pytest.raises(IndexError, match=f"slot {bad} out of the pool's 8"):
         pool.read(torch.tensor(slots), torch.bfloat16)
@@ -147,20 +154,27 @@ def test_a_slot_outside_the_pool_is_an_error_not_a_crash(slots, bad):
     assert torch.equal(pool.scales, before[1])
 
 
-def test_without_a_c_compiler_torch_writes_and_reads(monkeypatch):
-    """No compiler found: no library, and write() and read() are torch's."""
-    monkeypatch.setattr(native.shutil, "which", lambda name: None)
-    assert native.library.__wrapped__("kv_quant.c") is None
-    monkeypatch.setattr(kv_quant, "c_kernels", lambda: None)
-    assert kv_quant.c_path() == "torch's operations (kv_quant.c could not be built here)"
-    pool, by_torch = (QuantizedPool.allocate(8, 1, 64, "fp8", "token") for _ in range(2))
-    k, v = torch.randn(8, 1, 64), torch.randn(8, 1, 64)
-    pool.write(torch.arange(8), k, v)
-    by_torch.write_with_torch(torch.arange(8), k, v)
-    assert torch.equal(pool.values.view(torch.uint8), by_torch.values.view(torch.uint8))
-    slots = torch.tensor([3, 1, 3])
-    assert torch.equal(pool.read(slots, torch.bfloat16), pool.read_with_torch(slots,
-                                                                              torch.bfloat16))
+def test_without_a_c_compiler_torch_writes_and_reads(tiny_llama, monkeypatch):
+    """No compiler (CC, where set, is the only one tried): no library; kernels/kv_quant.py is not
+    available, and an engine asked for kernels "c" allocates the torch way's QuantizedPool, says
+    so, and makes the tokens of the engine with the C pool (the same bits)."""
+    monkeypatch.setenv("CC", "/nonexistent")
+    assert build.library.__wrapped__("kv_quant.c") is None
+    budget = 64 * 16 * tiny_llama.kv_bytes_per_token
+    config = EngineConfig(kv_bytes=budget, max_batch=2, kv_cache_dtype="fp8", kernels="c")
+    prompts = [[(5 * i + j) % 900 + 1 for j in range(n)] for i, n in enumerate([7, 21])]
+    tokens = {}
+    for built in (True, False):
+        if not built:
+            monkeypatch.setattr(c_kv, "_library", lambda: None)
+            assert not c_kv.available()
+        eng = LLMEngine(tiny_llama, [], config)
+        assert type(eng.kv_cache[0]) is (CQuantizedPool if built else QuantizedPool)
+        assert eng.kernels_used()["8-bit cache"] == ("C" if built else "torch")
+        seqs = [eng.add_request(p, 8, min_tokens=8) for p in prompts]
+        eng.run()
+        tokens[built] = [s.output_ids for s in seqs]
+    assert tokens[True] == tokens[False]
 
 
 def test_a_layer_scale_of_one_clamps_and_loses_small_values():
@@ -179,8 +193,7 @@ def test_the_settings_it_refuses(tiny_llama):
     with pytest.raises(ValueError, match="kv_scale 'page'"):
         EngineConfig(kv_bytes=budget, kv_cache_dtype="fp8", kv_scale="page")
     with pytest.raises(ValueError, match="8-bit KV cache"):
-        LLMEngine(tiny_llama, [], EngineConfig(kv_bytes=budget, kv_cache_dtype="fp8",
-                                               compile_model=True))
+        EngineConfig(kv_bytes=budget, kv_cache_dtype="fp8", kernels="compiled")
 
 
 # Measured on the tiny model (fp32, the property tests' small vocabulary; AMD EPYC, 2026-12-01):

@@ -1,16 +1,14 @@
 """mini_engine's automatic prefix caching, each rule on a case worked out by hand: the hash chain,
 LRU eviction, a prompt of exactly whole pages, same-step admission, preemption of a request
-holding shared pages, and the tokens with and without the cache (tests/test_engine_properties.py
-searches the same invariants over random workloads)."""
+holding shared pages, and the tokens with and without the cache
+(tests/engine/test_engine_properties.py searches the same invariants over random workloads)."""
 from __future__ import annotations
 
 import pytest
 
-from mini_engine import EngineConfig, LLMEngine
 from mini_engine.block_manager import BlockManager, page_hash
 from mini_engine.sequence import Sequence
-
-PAGE = 4
+from tests.helpers import PAGE, engine
 
 
 def seq(seq_id: int, prompt: list[int], max_tokens: int = 4) -> Sequence:
@@ -87,9 +85,8 @@ def test_a_hit_on_a_free_cached_page_takes_it_off_the_free_queue():
 
 
 def run(model, prompts, caching: bool, max_batch: int = 4, num_pages: int = 40, **kw):
-    eng = LLMEngine(model, [], EngineConfig(
-        kv_bytes=num_pages * PAGE * model.kv_bytes_per_token, page_size=PAGE,
-        max_batch=max_batch, max_model_len=40, enable_prefix_caching=caching, **kw))
+    eng = engine(model, num_pages=num_pages, max_batch=max_batch, max_model_len=40,
+                 caching=caching, **kw)
     seqs = [eng.add_request(p, 6, min_tokens=6) for p in prompts]
     eng.run()
     return eng, seqs

@@ -6,7 +6,7 @@ engine, the rejected guess's K/V dropped. Then one test for each bug that users 
 engines reported: rejected guesses' K/V left in the cache or the cache reset instead of rolled
 back; bonus tokens corrupting the cache at k > 1; the acceptance rule (the chi-square tests);
 guesses running past max_tokens, max_model_len or EOS; unverified tokens in the prefix cache.
-(tests/test_engine_properties.py searches the same rules over random workloads.) fp32 on the
+(tests/engine/test_engine_properties.py searches the same rules over random workloads.) fp32 on the
 tiny random model with a vocabulary of 1,024 (tiny_llama, tests/conftest.py; token ids below
 1,024); counts, tokens and K/V are asserted, never times.
 
@@ -24,6 +24,7 @@ import json
 import math
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +36,12 @@ from mini_engine import EngineConfig, LLMEngine, Llama, State
 from mini_engine.block_manager import cdiv, page_hash
 from mini_engine.proposer import NgramProposer
 from mini_engine.sampler import Sampler
+from tests import helpers
+from tests.helpers import PAGE
 
-PAGE = 4
-ROOMY = 4096
+# this file's cases, unless one says otherwise: n-grams of exactly 2 tokens, as in `a b c d a b`
+engine = partial(helpers.engine, n=(2, 2))
+
 # the hand cases' token ids, all below tiny_llama's 1,024 and far from its end (the counting
 # model's rows wrap: after 1,023 it says 0): a is one of FIRST_IDS, d or z is a + FAR < 900
 FIRST_IDS = range(100, 500, 11)
@@ -68,16 +72,6 @@ def counting(small_vocab_model, tmp_path_factory):
     config = json.loads((out / "config.json").read_text()) | {"tie_word_embeddings": False}
     (out / "config.json").write_text(json.dumps(config))
     return Llama(str(out))
-
-
-def engine(model, *, k: int = 0, n: tuple = (2, 2), page_size: int = PAGE, num_pages: int = 64,
-           budget: int = ROOMY, max_batch: int = 4, max_model_len: int = 64, caching: bool = False,
-           eos: tuple = (), **kw) -> LLMEngine:
-    return LLMEngine(model, list(eos), EngineConfig(
-        kv_bytes=num_pages * page_size * model.kv_bytes_per_token, page_size=page_size,
-        max_batch=max_batch, max_model_len=max_model_len, max_num_batched_tokens=budget,
-        enable_prefix_caching=caching, num_speculative_tokens=k, prompt_lookup_min=n[0],
-        prompt_lookup_max=n[1], **kw))
 
 
 def greedy(model, prompt: list[int], max_tokens: int, eos: tuple = (), min_tokens: int = 0,

@@ -11,7 +11,7 @@ step (tests/hand/task_9_build_your_own_engine.py), read top to bottom as its tes
 The lab-wide tests go over common/steps.py and take what is declared here (records(), save_all()),
 so a new task's hand record is one module here, and no lab-wide test changes. A step without a
 module is simply not among them. These are helpers, not tests: a test file imports them, never
-another test file (tests/test_layout.py).
+another test file (tests/lab/test_layout.py).
 
 For the rest, fill() writes a record with the fields a test names, every other field it requires
 at its type's zero (0, "", [], None, a nested record filled the same way), and save() saves it the

@@ -1,13 +1,12 @@
 """Task 10's record by hand (tests/hand/__init__.py): the defaults' run (docs/measurements.md,
 "Task 10 on its defaults"), 32 chat requests sharing a 90-token system prompt. Its tests:
-tests/test_task_10.py."""
+tests/tasks/test_task_10.py."""
 from __future__ import annotations
 
-import task_10_prefix_caching as task10
 from common import results, settings
 from common.load import LoadLevel
 from lessons.task_10.record import (Correctness, EngineRun, OfflineRequest, PageSnapshot,
-                                    ServerRun, Settings, WorkloadShape)
+                                    PrefixCaching, ServerRun, Settings, WorkloadShape)
 
 HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="bfloat16", threads=2)
 SHARED = [0, 1, 2, 3, 4]   # 90 shared tokens: 5 whole pages of 16 (80 tokens)
@@ -41,12 +40,12 @@ def hand_server(label: str, duration_s: float, ttft_s: float, queries: int, hits
     return ServerRun(label, level, queries, hits, 20.0)
 
 
-def record(header: results.RunHeader | None = None) -> task10.PrefixCaching:
+def record(header: results.RunHeader | None = None) -> PrefixCaching:
     """The defaults' run (docs/measurements.md): 32 chat requests, 90 tokens shared, 5 whole pages;
     31 x 80 = 2,480 of 3,364 prompt tokens from the cache (73.7%), in mini_engine and in vLLM;
     TTFT 2.22 -> 1.05 s (mini_engine), 2.15 -> 1.02 s (vLLM). Its summary row: "hit 74%, TTFT
     2.22 -> 1.05 s, vLLM hit 74%"."""
-    return task10.PrefixCaching(
+    return PrefixCaching(
         Settings(num_requests=32, num_system_tokens=80, num_output_tokens=16, seed=0,
                  page_size_tokens=16, max_num_seqs=16, max_model_len=128,
                  kv_cache_bytes=settings.KV_CACHE_BYTES, port=8000, is_vllm_measured=True),

@@ -1,6 +1,6 @@
 """Task 11's record by hand (tests/hand/__init__.py): the defaults' run, 4 chats and 2 long
 documents, without chunking and at budgets 512, 256, 128 and 64. Its tests:
-tests/test_task_11.py."""
+tests/tasks/test_task_11.py."""
 from __future__ import annotations
 
 from common import results

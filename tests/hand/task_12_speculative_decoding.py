@@ -1,6 +1,6 @@
 """Task 12's record by hand (tests/hand/__init__.py): the defaults' run, k = 2, 4 and 8 on the
 copy and the chat workloads, one at a time and 16 at once, and vLLM's ngram at k = 4. Its tests:
-tests/test_task_12.py."""
+tests/tasks/test_task_12.py."""
 from __future__ import annotations
 
 from common import results

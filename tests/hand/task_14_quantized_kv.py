@@ -1,6 +1,6 @@
 """Task 14's record by hand (tests/hand/__init__.py): the defaults' run in bf16, SmolLM2-135M's
 shape (30 layers, 3 KV heads of 64), pages of 32, 128 MiB for part 1 and 16 MiB for part 3. Its
-tests: tests/test_task_14.py."""
+tests: tests/tasks/test_task_14.py."""
 from __future__ import annotations
 
 from common import results
@@ -18,7 +18,8 @@ def record(header: results.RunHeader | None = None) -> QuantizedKV:
     64 x 2) -> 182 pages (5,824 tokens, 45 users of 128); fp32 46,080 -> 91 (2,912, 22); fp8 with
     a scale a layer 11,520 -> 364 (11,648, 91); with a scale a token and head 11,520 + 2 x 30 x 3
     x 2 = 11,880 -> 353 (11,296, 88). In 16 MiB = 16,777,216 B: 22, 11, 45 and 44 pages."""
-    s = Settings(32, 134_217_728, 128, 8, 50, 256, 257, 16 * MIB, 16, 200, 48, 8000, True)
+    s = Settings(32, 134_217_728, 128, 8, 50, 256, 257, 16 * MIB, 16, 200, 48, 8000, True,
+                 "one pass of C each (mini_engine/kernels/kv_quant.c)", "c")
     capacity = [Capacity("bfloat16", 23_040, 182, 22, 182, 22),
                 Capacity("float32", 46_080, 91, 11),
                 Capacity("fp8 layer", 11_520, 364, 45, 364, 45),

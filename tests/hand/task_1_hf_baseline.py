@@ -2,8 +2,8 @@
 lab-wide tests draw the report page and the summary's roofline from it."""
 from __future__ import annotations
 
-import task_1_hf_baseline as task1
 from common import results
+from lessons.task_1 import record as task1
 from tests import hand
 
 HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")

@@ -1,10 +1,10 @@
 """Task 6's record by hand (tests/hand/__init__.py): 1, 5, 10 and 20 users of 50 tokens each,
-and the 20 one after another. Its tests: tests/test_tasks_6_7.py."""
+and the 20 one after another. Its tests: tests/tasks/test_tasks_6_7.py."""
 from __future__ import annotations
 
-import task_6_multi_user_load as task6
 from common import results, settings
 from common.load import LoadLevel
+from lessons.task_6 import record as task6
 
 HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")
 SUMMARY_ROW = "20 users 80.0 tok/s (4.2x)"   # the summary's row of record(): 1,000 / 12.5 s

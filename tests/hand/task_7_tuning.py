@@ -1,5 +1,5 @@
 """Task 7's record by hand (tests/hand/__init__.py): configs A, B and C, 10 requests of 50 tokens
-each, 3 passes. Its tests: tests/test_tasks_6_7.py."""
+each, 3 passes. Its tests: tests/tasks/test_tasks_6_7.py."""
 from __future__ import annotations
 
 import task_7_tuning as task7

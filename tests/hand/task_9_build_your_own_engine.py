@@ -1,11 +1,12 @@
-"""Task 9's record by hand (tests/hand/__init__.py): the hand workload of tests/test_engine.py,
-4 requests at a batch cap of 2, every field filled. Its tests: tests/test_task_9.py."""
+"""Task 9's record by hand (tests/hand/__init__.py): the hand workload of
+tests/engine/test_engine.py, 4 requests at a batch cap of 2, every field filled. Its tests:
+tests/tasks/test_task_9.py."""
 from __future__ import annotations
 
 from common import results, settings
-from lessons.task_9.record import (Correctness, HFRun, LinearChoice, LinearChoices,
-                                   MachineBounds, OwnEngine, Phases, PolicyRun, RunSettings,
-                                   StepTimeline, VllmRun, VllmSettings, ratios)
+from lessons.task_9.record import (Correctness, HFRun, MachineBounds, OwnEngine, Phases,
+                                   PolicyRun, RunSettings, StepTimeline, VllmRun, VllmSettings,
+                                   ratios)
 
 HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32", threads=2)
 # the summary's row of record(): 8 of 8 prompts identical to transformers; continuous over
@@ -13,7 +14,7 @@ HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32", threads=2)
 # 1.306x, from 1.250 to 1.364
 SUMMARY_ROW = "8/8 = HF, 1.65x static (1.58-1.67), 1.31x vLLM (1.25-1.36)"
 
-# --- the hand workload: tests/test_engine.py's ------------------------------------------------
+# --- the hand workload: tests/engine/test_engine.py's ---------------------------------------
 # outputs of 8, 1, 1, 1 tokens in arrival order, batch cap 2, one token per live request per
 # step. By hand:
 # - static: [0, 1] for 8 steps (1 is done after step 0 and stays as padding for steps 1-7), then
@@ -39,16 +40,10 @@ def hand_phases(matmul_s: float, num_steps: int) -> Phases:
     return Phases(matmul_s, 0.002, 0.003, 0.001, 0.0006, matmul_s + 0.0066, num_steps)
 
 
-def hand_choice(chosen: str, at_batch_s: dict[int, float], fused: bool = True) -> LinearChoice:
-    """Every option slower than the chosen one (all layers of the kind, batch 1 + 2 summed);
-    fused: the kind has parts (qkv, gate_up), so each option also ran unfused."""
-    chosen_sum = sum(at_batch_s.values())
-    option_s = {}
-    for k, kernel in enumerate(("F.linear", "W @ x.T", "oneDNN packed")):
-        option_s[kernel] = chosen_sum if kernel == chosen else chosen_sum * (1.5 + k / 10)
-        if fused:
-            option_s[f"{kernel}, unfused"] = chosen_sum * (2 + k / 10)
-    return LinearChoice(chosen, option_s, at_batch_s)
+# what the engine ran (LLMEngine.kernels_used) with --kernels c on an AMX Xeon: every part in C
+# where it builds, no 8-bit cache (the model's dtype), the forward eager
+KERNELS = {"attention": "C, pages in place", "products": "oneDNN packed", "8-bit cache": "-",
+           "forward": "eager"}
 
 
 def record(header: results.RunHeader | None = None, with_vllm: bool = True) -> OwnEngine:
@@ -57,9 +52,9 @@ def record(header: results.RunHeader | None = None, with_vllm: bool = True) -> O
     static no-pad 44.0, 41.8, 46.2 (1.10x static in every round); continuous 66.16, 60.0, 70.0
     (over static 1.654, 1.579, 1.667; over no-pad 1.504, 1.435, 1.515); vLLM 50.66, 44.0, 56.0
     (continuous over it 1.306, 1.364, 1.250). Median rounds: 1.654x static, of which 1.10x from
-    the padding and 1.504x from the refill; 1.306x vLLM. The decode step
-    at batch 2: matmuls 80 ms in the engine, the same kernels 76.5 ms timed alone at load (12 + 6
-    + 31 + 15.5 + 12), the kernel floor through F.linear 72 ms. with_vllm=False: without part 4."""
+    the padding and 1.504x from the refill; 1.306x vLLM. The decode step at batch 2: matmuls 80
+    ms in the engine (oneDNN packed: KERNELS), the kernel floor through F.linear 72 ms.
+    with_vllm=False: without part 4."""
     policies = {"static": hand_policy("static", [40.0, 38.0, 42.0], 9, 2),
                 "static no-pad": hand_policy("static no-pad", [44.0, 41.8, 46.2], 9, 2),
                 "continuous": hand_policy("continuous", [66.16, 60.0, 70.0], 8, 2)}
@@ -77,11 +72,6 @@ def record(header: results.RunHeader | None = None, with_vllm: bool = True) -> O
         phases={1: hand_phases(0.070, 23), 2: hand_phases(0.080, 5)},
         machine=MachineBounds(20e9, 538_000_000, 0.0269, "measured now",
                               {1: 0.065, 2: 0.072}),
-        linear_choices=LinearChoices([1, 2], 0.9, {
-            "qkv": hand_choice("oneDNN packed", {1: 0.010, 2: 0.012}),
-            "o": hand_choice("W @ x.T", {1: 0.005, 2: 0.006}, fused=False),
-            "gate_up": hand_choice("oneDNN packed", {1: 0.028, 2: 0.031}),
-            "down": hand_choice("oneDNN packed", {1: 0.014, 2: 0.0155}, fused=False),
-            "lm_head": hand_choice("oneDNN packed", {1: 0.011, 2: 0.012}, fused=False)}),
+        kernels=dict(KERNELS),
         vllm=vllm, transformers_static=HFRun(0.5, 11, 22.0) if with_vllm else None,
         continuous_over_static_spread=cont_over_static, engine_over_vllm_spread=engine_over_vllm)

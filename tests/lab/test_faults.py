@@ -2,7 +2,7 @@
 that cannot fit, Ctrl-C, a --max-tokens task 7's configs cannot hold, a broken environment
 (a CUDA torch, a torchvision that breaks transformers, a missing gradio: fake modules on
 PYTHONPATH), and `make lab` (lab.py) when a step fails or is interrupted. The server killed in
-the middle of task 6's load is in tests/test_dashboard.py, which has a server to kill. And, as
+the middle of task 6's load is in tests/tasks/test_task_8.py, which has a server to kill. And, as
 this file holds verify_environment.py's other tests, its check passing on the real model, in the
 lab's quick run (the lab_run fixture, tests/conftest.py: the last test here)."""
 from __future__ import annotations
@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from common import server
-from tests.conftest import (REPO, PipeReader, assert_fits, processes_on_port, run_script,
-                            saved_result)
+from tests.helpers import REPO, PipeReader, assert_fits, processes_on_port, run_script, saved_result
 
 LONG_PROMPT = "word " * 100    # 100+ tokens: with 50 new tokens more than max_model_len 128
 

@@ -5,7 +5,7 @@ the figures, then every report folded; and the page in a real headless Chromium:
 loaded, no console error, the reports folded until clicked. It goes over common/steps.py: the
 results it draws from are every step's hand-built record (tests/hand/: a step declares its own
 there), and what it expects of each step (its figures, its row) it reads from the list and from
-those records. (Each task's own figures are tested with its task: tests/test_kv_tasks.py,
+those records. (Each task's own figures are tested with its task: tests/tasks/test_tasks_3_4.py,
 test_tasks_6_7.py, test_task_<N>.py.)"""
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import shutil
 import pytest
 
 import lab
-import summary
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
 from common import figures, html_report, results, settings, steps
-from common import roofline as rl
+from lessons.summary import figure as roofline_figure
+from lessons.summary import roofline as rl
 from tests import hand
-from tests.conftest import chromium
+from tests.helpers import chromium, save_hand_results
 
 
 # --- the roofline ---------------------------------------------------------------------------------
@@ -37,40 +37,18 @@ def test_roofline_curve_by_hand():
     # 2 GFLOP per token at 100 GFLOP/s: the compute roof is 50 tok/s, whatever the batch.
     r = placement(bandwidth_gb_s=10.0, weight_bytes=10**9, bytes_per_token=10**9 + 10**6,
                   flops_per_token=2 * 10**9, matmul_gflop_s={"float32": 100.0}, dtype="float32")
-    read, compute, roof = rl.roofline_curve(r, [1, 10])
+    read, compute, roof = roofline_figure.roofline_curve(r, [1, 10])
     assert read == pytest.approx([10 / 1.001, 100 / 1.01])
     assert compute == [50.0, 50.0] and roof == 50.0
 
 
-SMOL = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3,
-        "num_hidden_layers": 30, "intermediate_size": 1536, "vocab_size": 49152,
-        "tie_word_embeddings": True}
 HEADER = results.RunHeader("SmolLM2-135M-Instruct", dtype="float32")
-
-
-def save_hand_results() -> dict[str, results.Result]:
-    """Every step's hand-built record (tests/hand/), saved as the scripts save them, each with
-    its own header, and the summary (its roofline placed by
-    roofline.place from them); returns them as loaded back."""
-    hand.save_all()
-    res, _ = steps.load_all()
-    cost = rl.model_cost(SMOL, "float32", 4)
-    machine = rl.Machine(20e9, {"float32": 100e9, "bfloat16": 0.3e9}, threads=2)
-    floor = rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.070, 20: 0.180})
-    record = summary.Summary(header=HEADER,
-                             roofline=rl.place(summary.measured_steps(res), cost, machine, 70,
-                                               floor),
-                             engine_point=summary.engine_point(res, "float32"))
-    results.save("summary", record)
-    loaded, stale = steps.load_all(html_report.sections())
-    assert stale == {}
-    return loaded
 
 
 def test_roofline_points_label_every_measured_step():
     res = save_hand_results()
     s = res["summary"]
-    points = rl.roofline_points(s.roofline, s.engine_point)
+    points = roofline_figure.roofline_points(s.roofline, s.engine_point)
     cont = res["task_9_build_your_own_engine"].policies["continuous"]
     assert [(label, batch, kind) for label, batch, _, kind in points] == [
         ("kernel floor, batch 1", 1, "floor"), ("kernel floor, batch 20", 20, "floor"),
@@ -90,7 +68,7 @@ def test_the_report_page_follows_the_steps_list():
     names = [part.name for part in html_report.sections()]
     assert names == [c[0].removesuffix(".py") for c in lab.steps(8000)] + ["summary"]
     # a section with figures for every step that declares some, and for the summary (its
-    # roofline), with their suffixes in the script's order (each step's own: its test file)
+    # roofline), with their suffixes in the package's order (each step's own: its test file)
     assert {p.name: [suffix for suffix, _ in p.figures]
             for p in html_report.sections() if p.figures} == {
         step.name: [suffix for suffix, _ in step.figures]
@@ -98,13 +76,8 @@ def test_the_report_page_follows_the_steps_list():
     assert [suffix for suffix, _ in steps.SUMMARY.figures] == [""]
 
 
-@pytest.fixture(scope="module")
-def model_args(tiny_model):
-    return ["--model", tiny_model, "--dtype", "float32"]
-
-
 def test_every_figure_has_a_title_axes_with_units_and_a_caption():
-    """(Tasks 3-4's figures: tests/test_kv_tasks.py, from their own saved results.)"""
+    """(Tasks 3-4's figures: tests/tasks/test_tasks_3_4.py, from their own saved results.)"""
     res = save_hand_results()
     drawn = []
     for part in html_report.sections():

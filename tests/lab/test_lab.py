@@ -13,7 +13,7 @@ every report is saved, and nothing is left on the lab's ports. (Times are report
 asserted.) What each step measured is checked in that step's own test file, by a test taking
 lab_run and naming its steps (@pytest.mark.lab_steps; test_faults.py: verify_environment's;
 test_tasks_1_2.py: tasks 1-2 and task 2's KV capacity; test_server_tasks.py: 5-6;
-test_tasks_6_7.py: 7; test_dashboard.py: 8; test_task_<N>.py from 9 on), so a new task adds its
+test_tasks_6_7.py: 7; test_task_8.py: 8; test_task_<N>.py from 9 on), so a new task adds its
 own there and nothing here.
 
 Each concern is a test of its own, so a failure names what broke and hides nothing else. These
@@ -21,17 +21,19 @@ take whole_lab: tests/conftest.py marks them real_model and runs them last, when
 done."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import lab
 import summary
-from common import results, steps
-from tests.conftest import REPO, assert_fits, processes_on_port
+from common import results, server, steps
+from tests.helpers import REPO, assert_fits, processes_on_port, run_script, saved_result
 
 
 def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
-    """Adding a task is one script plus one entry in common/steps.py: make lab, the summary,
-    the figures and the report page all read that list, and the README names the script."""
+    """Adding a task is one script, its package under lessons/ and one entry in common/steps.py:
+    make lab, the summary, the figures and the report page all read that list, and the README
+    names the script."""
     scripts = sorted(p.name for p in REPO.glob("task_*.py"))
     listed = [step.script for step in steps.STEPS]
     assert sorted(s for s in listed if s.startswith("task_")) == scripts
@@ -40,7 +42,7 @@ def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
     assert [s for s in scripts if s not in readme] == []
     for step in steps.STEPS:
         assert (REPO / step.script).exists(), step.script
-        # what the lab reads back from the script: its record, its summary row, its figures
+        # what the lab reads back from its lesson's package: its record, its summary row
         assert issubclass(step.record, results.Result), step.script
         assert callable(step.lesson.summary_row), step.script
     # the summary's table is numbered as the tasks are: 0 (the check), then 1, 2, 3, ...
@@ -56,9 +58,25 @@ def test_every_task_is_one_entry_of_the_steps_list_and_named_in_the_readme():
     assert lab.OWN_ENGINES == {step.script for step in steps.STEPS if step.own_engines}
 
 
+def test_the_summary_runs_after_the_steps_as_a_step_does(tmp_path):
+    """lab.py runs the summary (common/steps.py: SUMMARY) after the steps, once their run is
+    saved, as a process of its own like every step: its report to the terminal and to
+    results/summary.txt, its stderr to results/logs/summary.log; it reads the run just saved."""
+    step = tmp_path / "a_step.py"
+    step.write_text("print('a step that ran')\n")
+    proc = run_script("lab.py", "--port", str(server.free_port()), "--steps", str(step))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    saved = Path(os.environ["LAB_RESULTS_DIR"])
+    text = (saved / "summary.txt").read_text()
+    assert "Summary: the vLLM lab, step by step" in text and text in proc.stdout
+    assert proc.stdout.index("a step that ran") < proc.stdout.index(text)
+    assert (saved / "logs" / "summary.log").is_file()
+    assert [s["script"] for s in saved_result("summary")["lab_run"]["steps"]] == [str(step)]
+
+
 # --- the lab's run, lab-wide: one test per concern, in the order the lab runs its steps ---------
 def test_the_lab_runs_every_step_to_the_end(whole_lab):
-    """Its parts (conftest.lab_parts) ran every step of the list, in its order, to the end."""
+    """Its parts (helpers.lab_parts) ran every step of the list, in its order, to the end."""
     for part in whole_lab:
         proc = part.proc
         assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
@@ -158,7 +176,9 @@ def test_each_report_is_saved_for_the_report_page(whole_lab):
         for step in part.saved("lab_run")["steps"]:
             text = (part.results_dir / f"{Path(step['script']).stem}.txt").read_text()
             assert text.strip() and text in part.proc.stdout, step["script"]
-        assert (part.results_dir / "summary.txt").read_text().strip()
+        # the summary runs after the steps as they do, its report saved as theirs are
+        text = (part.results_dir / "summary.txt").read_text()
+        assert text.strip() and text in part.proc.stdout
         assert (part.results_dir / "report.html").stat().st_size > 0
 
 

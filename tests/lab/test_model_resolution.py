@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.model import OFFLINE_NAME, offline_model_dir
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 HUB_ID = "HuggingFaceTB/SmolLM-135M"
 
@@ -80,7 +80,7 @@ def test_env_beats_remembered_and_flag_beats_env(env, tiny_model, real_model):
     env = {**env, "LAB_MODEL": tiny_model}
     line, path = resolve(env)
     assert line == f"Model: {tiny_model} (LAB_MODEL, local folder)" and path == f"at {tiny_model}"
-    from tests.conftest import run_script
+    from tests.helpers import run_script
     proc = run_script("task_3_kv_cache_problem.py", "--model", real_model.path, env=env)
     assert proc.returncode == 0
     # the report aligns values in a column and wraps long ones onto lines of their own: read

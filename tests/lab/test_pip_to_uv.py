@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tools.pip_to_uv import uv_flags
 
 # `pip config list` on a lab machine: a local wheel folder (the CPU torch) twice, in pip.conf and

@@ -8,7 +8,7 @@ import pytest
 from benchmarks import server_configs
 from common import results
 from common.load import LoadLevel
-from tests.conftest import assert_fits, processes_on_port, run_script, saved_result
+from tests.helpers import assert_fits, processes_on_port, run_script, saved_result
 
 
 @pytest.mark.engine

@@ -11,33 +11,23 @@ from types import SimpleNamespace
 import pytest
 
 import summary
-import task_1_hf_baseline as task1
-import task_2_vllm_inference as task2
-import task_3_kv_cache_problem as task3
-import task_4_paged_attention as task4
-import task_8_dashboard as task8
-import task_6_multi_user_load as task6
 import task_7_tuning as task7
-import verify_environment
-from common import measure, memory, results, steps
-from common import roofline as rl
+from common import machine, measure, memory, results, steps
 from common.load import LoadLevel
+from lessons.summary import roofline as rl
+from lessons.task_1 import record as task1
+from lessons.task_2 import record as task2
+from lessons.task_3 import record as task3
+from lessons.task_4 import record as task4
+from lessons.task_6 import record as task6
 from lessons.task_6.record import LEVEL, Alone
+from lessons.task_8 import record as task8
+from lessons.verify_environment import record as verify_environment
 from tests import hand
-from tests.conftest import assert_fits, run_script, saved_result
-from tests.says import assert_says
+from tests.helpers import SMOLLM, assert_fits, assert_says, level, run_script, saved_result
 
-# SmolLM-135M's config.json (the source's model; SmolLM2-135M has the same shapes)
-SMOLLM = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
-          "num_key_value_heads": 3, "head_dim": 64, "intermediate_size": 1536,
-          "vocab_size": 49152, "tie_word_embeddings": True}
-MACHINE = rl.Machine(bandwidth_bytes_s=20e9, flops_s={"float32": 250e9, "bfloat16": 1e12},
+MACHINE = machine.Machine(bandwidth_bytes_s=20e9, flops_s={"float32": 250e9, "bfloat16": 1e12},
                      threads=2)
-
-
-def level(users: int, tokens_per_s: float, mean_tpot_s: float | None = None) -> LoadLevel:
-    return hand.fill(LoadLevel, num_users=users, num_ok=users, tokens_per_s=tokens_per_s,
-                     mean_tpot_s=mean_tpot_s)
 
 
 def one_request(tokens_per_s: float, total_time_s: float = 0.0, generated_tokens: int = 0,
@@ -61,7 +51,7 @@ def steps_of(t1: tuple, t2: tuple, levels: list[LoadLevel]) -> list[rl.MeasuredS
 
 # --- roofline arithmetic ----------------------------------------------------------------------
 def test_model_cost_counts_the_weights():
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     assert cost.num_params == 134_515_008   # = sum of numel() of the loaded model (task 0)
     # per layer: q, o 576x576; k, v 576x192; gate, up, down 576x1536 = 3,538,944; + LM head
     assert cost.matmul_params == 30 * 3_538_944 + 49_152 * 576 == 134_479_872
@@ -73,14 +63,14 @@ def test_model_cost_counts_the_weights():
 
 
 def test_untied_embeddings_are_counted_twice_in_params_once_in_matmuls():
-    cost = rl.model_cost(SMOLLM | {"tie_word_embeddings": False}, "float32", 4)
+    cost = machine.model_cost(SMOLLM | {"tie_word_embeddings": False}, "float32", 4)
     assert cost.num_params == 134_515_008 + 49_152 * 576
     assert cost.matmul_params == 134_479_872
     assert cost.kv_bytes_per_context_token == 46_080
 
 
 def test_ceilings_on_given_inputs():
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     one = rl.ceiling(cost, MACHINE, batch=1, context=36)
     assert one.bound == "bandwidth"
     assert one.read_s == pytest.approx(269_860_608 / 20e9, rel=1e-12)
@@ -97,7 +87,7 @@ def test_ceilings_on_given_inputs():
 
 def test_tasks_are_placed_under_the_ceilings():
     measured = steps_of((22.0, 0.0, 0), (33.0, 0.0, 0), [level(1, 20.0), level(20, 200.0)])
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     r = rl.place(measured, cost, MACHINE, context=36)
     single = 20e9 / 269_860_608
     assert r.placed["task_1_hf_baseline"].pct_of_bandwidth_ceiling == pytest.approx(
@@ -115,20 +105,20 @@ def test_tasks_are_placed_under_the_ceilings():
 
 
 def test_measure_machine_gives_figures():
-    machine = rl.measure_machine(threads=2)
-    assert machine.bandwidth_bytes_s > 1e8 and machine.threads == 2
-    assert set(machine.flops_s) == {"float32", "bfloat16"} and min(machine.flops_s.values()) > 1e8
+    measured = machine.measure_machine(threads=2)
+    assert measured.bandwidth_bytes_s > 1e8 and measured.threads == 2
+    assert set(measured.flops_s) == {"float32", "bfloat16"} and min(measured.flops_s.values()) > 1e8
 
 
 # --- the three rungs: ceiling, kernel floor, measured step --------------------------------------
 def test_linear_shapes_are_the_weights_a_step_multiplies():
-    shapes = rl.linear_shapes(SMOLLM)
+    shapes = machine.linear_shapes(SMOLLM)
     assert len(shapes) == 30 * 7 + 1
     # q, k, v, o, gate, up, down of one layer (out, in), and the LM head (vocab x hidden)
     assert shapes[:7] == [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576),
                           (1536, 576), (576, 1536)]
     assert shapes[-1] == (49_152, 576)
-    assert sum(o * i for o, i in shapes) == rl.model_cost(SMOLLM, "float32", 4).matmul_params
+    assert sum(o * i for o, i in shapes) == machine.model_cost(SMOLLM, "float32", 4).matmul_params
 
 
 def test_attribution_on_given_inputs():
@@ -152,9 +142,9 @@ def rung_steps() -> list[rl.MeasuredStep]:
 
 def test_every_measured_step_is_placed_on_three_rungs():
     measured = rung_steps()
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     assert rl.floor_batches(measured) == [1, 20]
-    floor = rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060})
+    floor = machine.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060})
     rungs = rl.place(measured, cost, MACHINE, context=36, floor=floor).rungs
     assert [(g.label, g.users) for g in rungs] == [
         ("HF, 1 request", 1), ("vLLM, 1 request", 1), ("server, 1 user", 1),
@@ -178,11 +168,11 @@ def test_every_measured_step_is_placed_on_three_rungs():
 
 def test_no_rungs_without_a_floor_for_this_model_dtype_and_batches():
     measured = rung_steps()
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     for floor in (None,
-                  rl.KernelFloor("float32", 2, cost.matmul_params, {1: 0.03, 20: 0.06}),
-                  rl.KernelFloor("bfloat16", 2, cost.matmul_params + 1, {1: 0.03, 20: 0.06}),
-                  rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.03})):
+                  machine.KernelFloor("float32", 2, cost.matmul_params, {1: 0.03, 20: 0.06}),
+                  machine.KernelFloor("bfloat16", 2, cost.matmul_params + 1, {1: 0.03, 20: 0.06}),
+                  machine.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.03})):
         assert rl.place(measured, cost, MACHINE, context=36, floor=floor).rungs == []
 
 
@@ -276,7 +266,7 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
                       engine_itl_s=0.025)
     one, twenty = summary.measured_steps({"task_6_multi_user_load": six})
     assert (one.core_ms, twenty.core_ms) == (25.0, 60.0)
-    placement = rl.place([one, twenty], rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36)
+    placement = rl.place([one, twenty], machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36)
     summary.print_server_split(placement)
     out = " ".join(capsys.readouterr().out.split())
     # 29.0 - 25.0 = 4.0 ms, 16% of 25.0; 64.0 - 60.0 = 4.0 ms, 7% of 60.0
@@ -286,24 +276,24 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     assert "4.0 ms a token (7%)" in out and "in the time to first token" in out
     top.engine_itl_s = 0.06402                              # within a tenth: 0.0, never -0.0
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
-                                        rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
+                                        machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     assert "added 0.0 ms a token (0%)" in " ".join(capsys.readouterr().out.split())
     top.engine_itl_s = 0.0652                               # the core's gaps the longer
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
-                                        rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
+                                        machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     out = " ".join(capsys.readouterr().out.split())
     assert "the client's was 1.2 ms shorter, so the front added nothing measurable" in out
     assert "added -" not in out
     top.engine_itl_s = six.alone.engine_itl_s = None        # an external server: no /metrics
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
-                                        rl.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
+                                        machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     assert capsys.readouterr().out == ""
 
 
 def test_a_batch_step_shorter_than_one_requests_is_called_suspect(capsys):
     """A step of 20 cannot take less time than a step of 1 on the same server: the roofline's
     text says the 1-user figure is suspect instead of dividing by it."""
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     for tpot_20, says, not_says in ((0.1, "took 68 ms for 1 request and 100 ms for 20",
                                      "suspect"),
                                     (0.05, "1-user step (68 ms) came out longer than its 20-user "
@@ -366,9 +356,9 @@ def test_measure_kernel_floor_times_the_model_shapes():
     tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
             "num_key_value_heads": 1, "head_dim": 32, "intermediate_size": 128,
             "vocab_size": 1000}
-    floor = rl.measure_kernel_floor(tiny, "float32", threads=2, batches=[20, 1, 20])
+    floor = machine.measure_kernel_floor(tiny, "float32", threads=2, batches=[20, 1, 20])
     assert (floor.dtype, floor.threads) == ("float32", 2)
-    assert floor.matmul_params == rl.model_cost(tiny, "float32", 4).matmul_params
+    assert floor.matmul_params == machine.model_cost(tiny, "float32", 4).matmul_params
     assert sorted(floor.step_s) == [1, 20] and all(t > 0 for t in floor.step_s.values())
 
 
@@ -383,12 +373,12 @@ def save_rung_results(model_path) -> None:
               levels=[level(1, 20.0, 0.05), level(20, 200.0, 0.1)], scaling_factor=10.0)
 
 
-def save_machine(floor: rl.KernelFloor | None = None) -> None:
+def save_machine(floor: machine.KernelFloor | None = None) -> None:
     """results/machine.json as `make lab` saves it, measured on 'learner-vm'."""
-    machine = rl.Machine(20e9, {"float32": 250e9, "bfloat16": 1e12}, threads=2,
-                         matmul_n={"float32": 1024, "bfloat16": 1024})
-    results.save("machine", rl.SavedMachine(machine=machine, kernel_floor=floor,
-                                            host="learner-vm"))
+    figures = machine.Machine(20e9, {"float32": 250e9, "bfloat16": 1e12}, threads=2,
+                              matmul_n={"float32": 1024, "bfloat16": 1024})
+    results.save("machine", machine.SavedMachine(machine=figures, kernel_floor=floor,
+                                                 host="learner-vm"))
 
 
 def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
@@ -397,8 +387,8 @@ def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
     (model / "config.json").write_text(json.dumps(SMOLLM))
     save_lab_results()
     save_rung_results(model)
-    cost = rl.model_cost(SMOLLM, "bfloat16", 2)
-    save_machine(rl.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060}))
+    cost = machine.model_cost(SMOLLM, "bfloat16", 2)
+    save_machine(machine.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060}))
     proc = run_script("summary.py")
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = saved_result("summary")["roofline"]

@@ -19,8 +19,9 @@ import task_8_dashboard as task8
 from common import kv, load, report
 from common.load import LoadLevel, RequestResult
 from common.measure import Spread
-from tests.conftest import assert_fits
-from tests.says import assert_says
+from lessons import task_7 as lesson_7
+from lessons.task_6.record import LEVEL, SEQUENTIAL
+from tests.helpers import assert_fits, assert_says
 
 
 # --- the printer ------------------------------------------------------------------------------
@@ -47,11 +48,6 @@ def test_a_table_cell_wraps_inside_its_column(capsys):
         "Step Figure", "-" * 25, "1    a figure too long", "     for its column here"]
     with pytest.raises(AssertionError):
         report.table(["a", "b"], [], widths=[40, 30])     # wider than the report
-
-
-@pytest.fixture(scope="module")
-def model_args(tiny_model):
-    return ["--model", tiny_model, "--dtype", "float32"]
 
 
 @pytest.mark.parametrize("task", [task3, task4])
@@ -90,8 +86,10 @@ def test_task2_capacity_check_can_fail(capsys):
 
 
 # --- task 6: the insight from the levels ------------------------------------------------------
-def level(users: int, duration_s: float, latency_s: float, ttft_s: float, tokens: int = 50,
-          failed: int = 0) -> LoadLevel:
+def level_of(users: int, duration_s: float, latency_s: float, ttft_s: float,
+             tokens: int = 50, failed: int = 0) -> LoadLevel:
+    """A level measured: users requests of tokens each, all alike, failed of them failing; its
+    figures from its requests (LoadLevel.of). A level given by its figures: helpers.level."""
     ok = [RequestResult(True, tokens, 10, ttft_s, latency_s)] * (users - failed)
     return LoadLevel.of(ok + [RequestResult(False, error="boom")] * failed, duration_s)
 
@@ -101,7 +99,7 @@ def test_task6_insight_when_throughput_scales():
     # 10.0x, past SCALES_AT (1.5x). TTFT 0.50 s at 20 users; in line, one after another, 19 / 2
     # x 5.0 + 0.2 = 47.70 s, and 0.50 is under half of it: batched as they came. Latency 9.00 /
     # 5.00 = 1.8x, past LATENCY_ROSE_AT (1.1x)
-    lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 9.0, 0.5)], None)
+    lines = task6.insights([level_of(1, 5.0, 5.0, 0.2), level_of(20, 10.0, 9.0, 0.5)], None)
     assert len(lines) == 3
     assert_says(lines[0], "10.0x", "1 to 20 users", "10.0 -> 100.0 tok/s",
                 branch="SCALES", not_branch=("barely grew", "each step took"))
@@ -111,7 +109,7 @@ def test_task6_insight_when_throughput_scales():
                 branch=("latency rose", "while throughput rose"),
                 not_branch=("hardly changed", "little more throughput"))
     # the 20 requests' latency 5.20 s, under 1.1 x 5.00 = 5.50 s: it hardly changed
-    lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(20, 10.0, 5.2, 0.5)], None)
+    lines = task6.insights([level_of(1, 5.0, 5.0, 0.2), level_of(20, 10.0, 5.2, 0.5)], None)
     assert_says(lines[2], "5.00 s alone", "5.20 s at 20 users",
                 branch="hardly changed", not_branch=("latency rose", "throughput rose"))
 
@@ -120,7 +118,7 @@ def test_task6_insight_when_it_does_not():
     # 4 users: 200 tokens in 18.0 s = 11.1 tok/s against 10.0: 1.1x, under SCALES_AT; a step
     # (18.0 - 6.0) / 49 = 245 ms against (5.0 - 0.2) / 49 = 98 ms: 2.5x as long. TTFT 6.00 s,
     # over half of 3 / 2 x 5.0 + 0.2 = 7.70 s in line: queued. Latency 18.00 / 5.00 = 3.6x
-    lines = task6.insights([level(1, 5.0, 5.0, 0.2), level(4, 18.0, 18.0, 6.0)], None)
+    lines = task6.insights([level_of(1, 5.0, 5.0, 0.2), level_of(4, 18.0, 18.0, 6.0)], None)
     assert len(lines) == 3
     assert_says(lines[0], "1.1x", "1 to 4 users", "10.0 -> 11.1 tok/s", "2.5x", "4 requests",
                 branch=("barely grew", "each step took"), not_branch="SCALES")
@@ -134,8 +132,8 @@ def test_task6_insight_when_it_does_not():
 
 
 def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
-    dead = level(5, 1.0, 0.0, 0.0, failed=5)
-    lines = task6.insights([level(1, 5.0, 5.0, 0.2), dead], level(5, 2.0, 1.0, 0.1, failed=2))
+    dead = level_of(5, 1.0, 0.0, 0.0, failed=5)
+    lines = task6.insights([level_of(1, 5.0, 5.0, 0.2), dead], level_of(5, 2.0, 1.0, 0.1, failed=2))
     # 5 of the level of 5 and 2 of the sequential 5 failed: 7 of 1 + 5 + 5 = 11 sent
     assert len(lines) == 2
     assert_says(lines[0], "7 of 11 requests", branch="FAILED")
@@ -148,16 +146,15 @@ def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
     assert "mean_latency_s" not in dead.to_dict() and dead.to_dict()["errors"] == ["boom"]
     assert LoadLevel.from_dict(dead.to_dict()) == dead
     # nothing failed: no line counts failures
-    assert not any("FAILED" in line
-                   for line in task6.insights([level(1, 5.0, 5.0, 0.2), level(4, 8.0, 7.0, 0.3)],
-                                              None))
+    levels = [level_of(1, 5.0, 5.0, 0.2), level_of(4, 8.0, 7.0, 0.3)]
+    assert not any("FAILED" in line for line in task6.insights(levels, None))
 
 
 def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
     # 1 user: 50 tokens in 5.0 s = 10.0 tok/s; 4 users: 200 tokens in 8.0 s = 25.0 tok/s;
     # 20 users: 1,000 tokens in 12.5 s = 80.0 tok/s. Peak / first = 80 / 10 = 8.0x.
     # Per user: 10.0, 25 / 4 = 6.25, 80 / 20 = 4.0 tok/s; TPOT (5.0 - 0.2) / 49 = 98 ms.
-    levels = [level(1, 5.0, 5.0, 0.2), level(4, 8.0, 7.0, 0.3), level(20, 12.5, 11.0, 0.5)]
+    levels = [level_of(1, 5.0, 5.0, 0.2), level_of(4, 8.0, 7.0, 0.3), level_of(20, 12.5, 11.0, 0.5)]
     assert task6.print_scaling(levels) == 8.0
     out = capsys.readouterr().out
     assert "Scaling factor:                   8.0x throughput improvement" in out
@@ -168,7 +165,7 @@ def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
     levels[2].engine_itl_s = 0.2                          # the engine core's own, read
     task6.print_scaling(levels)
     assert "\n     20         4.0      214.3             200.0\n" in capsys.readouterr().out
-    assert task6.print_scaling([level(1, 5.0, 0.0, 0.0, failed=1), levels[2]]) == 0.0
+    assert task6.print_scaling([level_of(1, 5.0, 0.0, 0.0, failed=1), levels[2]]) == 0.0
 
 
 def sequential_of(users: int, latency_s: float, tokens: int = 50) -> LoadLevel:
@@ -182,11 +179,12 @@ def test_task6_one_request_alone_is_checked_two_ways(capsys):
     # tokens in 10.0, 9.0 and 10.5 s (5.0, 5.6, 4.8 tok/s; median 5.0), where 20 requests one
     # after another took 5.0 s each (10.0 tok/s): 4.8-5.6 and 10.0-10.0 do not overlap. The
     # baseline is the sequential requests (20 passes against 3): 80 / 10 = 8.0x, not 16.0x
-    one_user = [level(1, 10.0, 10.0, 0.2), level(1, 9.0, 9.0, 0.2), level(1, 10.5, 10.5, 0.2)]
-    twenty = level(20, 12.5, 6.0, 0.5)                                  # 1,000 / 12.5 = 80.0
+    one_user = [level_of(1, 10.0, 10.0, 0.2), level_of(1, 9.0, 9.0, 0.2),
+                level_of(1, 10.5, 10.5, 0.2)]
+    twenty = level_of(20, 12.5, 6.0, 0.5)                                  # 1,000 / 12.5 = 80.0
     seq = sequential_of(20, 5.0)
     alone = task6.alone_of(one_user, seq)
-    assert not alone.agree and alone.used == task6.SEQUENTIAL
+    assert not alone.agree and alone.used == SEQUENTIAL
     assert (alone.level.median, alone.level.low, alone.level.high) == (5.0, 50 / 10.5, 50 / 9.0)
     assert (alone.tokens_per_s, alone.latency_s) == (10.0, 5.0)
     levels = [one_user[0], twenty]
@@ -209,21 +207,22 @@ def test_task6_one_request_alone_is_checked_two_ways(capsys):
 
     # passes of 5.0 s each, as the sequential requests: they agree; the 1-user level is the
     # baseline, 80 / 10 = 8.0x, and its median pass gives the latency alone
-    steady = [level(1, 5.0, 5.0, 0.2), level(1, 5.2, 5.2, 0.2), level(1, 4.9, 4.9, 0.2)]
+    steady = [level_of(1, 5.0, 5.0, 0.2), level_of(1, 5.2, 5.2, 0.2), level_of(1, 4.9, 4.9, 0.2)]
     alone = task6.alone_of(steady, sequential_of(20, 5.1))
-    assert alone.agree and alone.used == task6.LEVEL
+    assert alone.agree and alone.used == LEVEL
     assert (alone.tokens_per_s, alone.latency_s) == (10.0, 5.0)
     assert task6.print_scaling([steady[0], twenty], spreads, alone, 20) == 8.0
     out = " ".join(capsys.readouterr().out.split())
     assert_says(out, "the 1-user level", branch="They agree", not_branch="DISAGREE")
     # no sequential requests (--no-sequential): the level alone, nothing to check it against
     alone = task6.alone_of(one_user, None)
-    assert alone.agree and alone.used == task6.LEVEL and alone.sequential is None
+    assert alone.agree and alone.used == LEVEL and alone.sequential is None
 
 
 def test_task6_levels_take_turns_and_keep_their_median_pass():
-    passes = [[level(1, 10.0, 10.0, 0.2), level(1, 5.0, 5.0, 0.2), level(1, 6.0, 6.0, 0.2)],
-              [level(4, 8.0, 7.0, 0.3), level(4, 9.0, 8.0, 0.3), level(4, 7.0, 6.0, 0.3)]]
+    passes = [[level_of(1, 10.0, 10.0, 0.2), level_of(1, 5.0, 5.0, 0.2),
+               level_of(1, 6.0, 6.0, 0.2)],
+              [level_of(4, 8.0, 7.0, 0.3), level_of(4, 9.0, 8.0, 0.3), level_of(4, 7.0, 6.0, 0.3)]]
     # tok/s 5.0, 10.0, 8.3: the median pass is the third; 25.0, 22.2, 28.6: the first
     assert task6.median_passes(passes) == [passes[0][2], passes[1][0]]
 
@@ -301,7 +300,7 @@ def test_task7_insight_from_the_configs():
     # the summary row says the same of A, B and C
     tuning = task7.Tuning(num_requests=10, max_tokens=50, kv_cache_memory_bytes=0,
                           configs=rows)
-    assert task7.summary_row(tuning) == ("A 80.0 / B 81.0 / C 60.0 tok/s; A, B not told "
+    assert lesson_7.summary_row(tuning) == ("A 80.0 / B 81.0 / C 60.0 tok/s; A, B not told "
                                          "apart; C below B")
     # the other way: A 70.0-74.0 below B's 79.0-83.0, and C 78.0-85.0 overlapping B
     other = [dataclasses.replace(rows[0], level=LoadLevel(10, 10, 500 / 72.0, 500, 72.0),
@@ -315,7 +314,7 @@ def test_task7_insight_from_the_configs():
     assert_says(lines[2], "C made 80.0 tok/s (78.0-85.0, 3 passes)", "B's 81.0",
                 branch=("caps the batch", "B and C cannot be told apart"),
                 not_branch=("FASTER", "SLOWER"))
-    assert task7.summary_row(dataclasses.replace(tuning, configs=other)) == \
+    assert lesson_7.summary_row(dataclasses.replace(tuning, configs=other)) == \
         "A 72.0 / B 81.0 / C 80.0 tok/s; B above A; B, C not told apart"
     # one pass each (lab.py --quick): no spread, so nothing is called apart
     single = [config(r.label, r.config.max_model_len, r.config.max_num_seqs, 22, 22.0,
@@ -326,7 +325,7 @@ def test_task7_insight_from_the_configs():
                 not_branch=("cannot be told apart", "FASTER", "SLOWER"))
     assert_says(lines[2], "C made 60.0 tok/s", "B's 81.0", branch="one pass each",
                 not_branch=("cannot be told apart", "FASTER", "SLOWER"))
-    assert task7.summary_row(dataclasses.replace(tuning, configs=single)) == \
+    assert lesson_7.summary_row(dataclasses.replace(tuning, configs=single)) == \
         "A 80.0 / B 81.0 / C 60.0 tok/s (1 pass: not compared)"
     # C's cache of 11 blocks against B's 22 (another run's memory): named, not "the same"
     other = [*rows[:2], dataclasses.replace(rows[2], num_kv_blocks=11)]

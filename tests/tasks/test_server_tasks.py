@@ -3,7 +3,8 @@ reuse, a busy port, stop, Ctrl-C while starting; both clients of task 5; task 6'
 failures; --base-url; the cross-check with `vllm bench serve` on the same server. (The real
 packaged model runs them in the lab's quick run, the whole lab end to end: the lab_run fixture,
 tests/conftest.py, checked by the last test here; task 7's restarts for its three configs are
-checked there too, in tests/test_tasks_6_7.py: a restart costs the same ~30 s on any model.)"""
+checked there too, in tests/tasks/test_tasks_6_7.py: a restart costs the same ~30 s on any
+model.)"""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ import pytest
 
 from common import load, memory, server, steps
 from common.server import free_port
-from tests.conftest import (QUICK_TOKENS, REPO, assert_fits, processes_on_port, run_script,
-                            saved_result)
+from tests.helpers import (QUICK_TOKENS, REPO, assert_fits, processes_on_port, run_script,
+                           saved_result)
 
 pytestmark = pytest.mark.engine
 
@@ -90,7 +91,7 @@ def test_task6_counts_tokens_and_users(tiny_model, port):
         assert lv["p50_latency_s"] <= lv["p95_latency_s"]
     assert r["sequential"]["num_users"] == 6 and r["sequential"]["num_output_tokens"] == 60
     assert r["sequential"]["is_concurrent"] is False
-    # the factor's arithmetic is checked by hand in tests/test_reports.py; here, that the
+    # the factor's arithmetic is checked by hand in tests/tasks/test_reports.py; here, that the
     # report prints what was saved
     assert f"Scaling factor:                   {r['scaling_factor']:.1f}x" in proc.stdout
     # one request alone, two ways: the 1-user level's 3 passes, the 6 sequential requests; the

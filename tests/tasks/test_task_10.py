@@ -12,18 +12,19 @@ import task_10_prefix_caching as task10
 from common import figures, results, settings, steps
 from common.measure import Spread
 from lessons.task_10 import report as task_10_report
+from lessons.task_10 import FIGURES
+from lessons.task_10.figure import draw_shared_pages
 from lessons.task_10.record import summary_row
-from tests.conftest import assert_fits, run_script, saved_result
 from tests.hand.task_10_prefix_caching import SUMMARY_ROW
 from tests.hand.task_10_prefix_caching import record as hand_result
-from tests.says import assert_says
+from tests.helpers import assert_fits, assert_says, run_script, saved_result
 
 
 def test_the_record_reads_back_whole():
     record = hand_result()
     results.save(task10.SCRIPT, record)
     step = steps.by_name()[task10.SCRIPT]
-    assert step.record is task10.PrefixCaching and step.figures == task10.FIGURES
+    assert step.record is task10.PrefixCaching and step.figures == FIGURES
     loaded = step.load()
     assert loaded == record
     assert loaded.mini_engine[1].peak.page_tables[3] == [0, 1, 2, 3, 4, 11, 12]   # int keys
@@ -53,16 +54,16 @@ def test_the_record_reads_back_whole():
 def test_the_summary_row():
     record = hand_result()
     # 2,480 of 3,364 prompt tokens from the cache: 73.7%, shown as 74%
-    assert task10.summary_row(record) == SUMMARY_ROW == "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"
-    assert steps.by_name()[task10.SCRIPT].row(record) == task10.summary_row(record)
+    assert summary_row(record) == SUMMARY_ROW == "hit 74%, TTFT 2.22 -> 1.05 s, vLLM hit 74%"
+    assert steps.by_name()[task10.SCRIPT].row(record) == summary_row(record)
     record.vllm = None                                   # --no-vllm
-    assert task10.summary_row(record) == "hit 74%, TTFT 2.22 -> 1.05 s"
+    assert summary_row(record) == "hit 74%, TTFT 2.22 -> 1.05 s"
 
 
 def test_what_the_figure_plots():
     record = hand_result()
     results.save(task10.SCRIPT, record)
-    fig = task10.draw_shared_pages(record)
+    fig = draw_shared_pages(record)
     grid, bars = fig.axes
     # a cell per logical page of the 4 tables shown, 7 each; the 5 shared pages say "xN"
     cells = [t.get_text() for t in grid.texts if not t.get_text().startswith("request")]
@@ -102,7 +103,7 @@ def test_the_figure_has_a_title_axes_with_units_and_a_caption():
 def test_a_record_without_page_tables_draws_nothing():
     record = hand_result()
     record.mini_engine[1].peak = None
-    assert task10.draw_shared_pages(record) is None
+    assert draw_shared_pages(record) is None
 
 
 def test_the_insight_says_what_the_figures_show():
@@ -260,8 +261,8 @@ def test_task_10_on_the_tiny_model(tiny_model):
     assert res.vllm is None and res.offline is None
     hit = 400 / res.workload.num_prompt_tokens
     assert res.mini_engine[1].hit_fraction == hit
-    assert task10.summary_row(res).startswith(f"hit {100 * hit:.0f}%, TTFT ")
-    assert "vLLM hit" not in task10.summary_row(res)
+    assert summary_row(res).startswith(f"hit {100 * hit:.0f}%, TTFT ")
+    assert "vLLM hit" not in summary_row(res)
     assert "task_10_prefix_caching.png" in proc.stdout and "not drawn" not in proc.stdout
 
 

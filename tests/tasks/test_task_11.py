@@ -12,22 +12,24 @@ import pytest
 import task_11_chunked_prefill as task11
 from common import figures, results, server, steps
 from common.measure import Spread
+from lessons.task_11 import FIGURES
 from lessons.task_11 import report as task_11_report
+from lessons.task_11.figure import draw_chunking
 from lessons.task_11.load import iteration_tokens, prefill_steps, tokens_at_arrival
 from lessons.task_11.record import ChunkedPrefill, Correctness, IterationTokens, summary_row
-from tests.conftest import assert_fits
+from lessons.task_11.workloads import make_workload
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_11_chunked_prefill import (BUDGETS, SUMMARY_ROW, hand_latency,
                                                 hand_server)
 from tests.hand.task_11_chunked_prefill import record as hand_result
-from tests.says import assert_says
+from tests.helpers import assert_fits, assert_says
 
 
 def test_the_record_reads_back_whole():
     record = hand_result()
     results.save(task11.SCRIPT, record)
     step = steps.by_name()[task11.SCRIPT]
-    assert step.record is ChunkedPrefill and step.figures == task11.FIGURES
+    assert step.record is ChunkedPrefill and step.figures == FIGURES
     loaded = step.load()
     assert loaded == record
     assert loaded.vllm[4].steps.steps_by_bucket == {8: 62, 64: 0, 2048: 3}   # int keys
@@ -65,9 +67,9 @@ def test_the_summary_row():
         run.passes = None
     assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT +47%)"
     record.vllm = None                                   # --no-vllm
-    assert task11.summary_row(record) == "stall -87%, TTFT +40%"
+    assert summary_row(record) == "stall -87%, TTFT +40%"
     record.vllm = [hand_server(None)]                    # no chunked vLLM run: no figure of it
-    assert task11.summary_row(record) == "stall -87%, TTFT +40%"
+    assert summary_row(record) == "stall -87%, TTFT +40%"
 
 
 def test_the_insight_says_what_the_figures_show():
@@ -183,7 +185,7 @@ def test_the_report_from_the_record(capsys):
 def test_what_the_figure_plots():
     record = hand_result()
     results.save(task11.SCRIPT, record)
-    fig = task11.draw_chunking(record)
+    fig = draw_chunking(record)
     (off_steps, off_times), (on_steps, on_times) = fig.axes[0:2], fig.axes[2:4]
     bars = [p.get_height() for p in off_steps.patches]
     timeline = record.mini_engine[0].timeline
@@ -211,7 +213,7 @@ def test_what_the_figure_plots():
     assert fig.get_suptitle() == ("Task 11: the long prompts' prefill in one step, or in chunks "
                                   "of the step's budget")
     figures.plt().close(fig)
-    drawn = figures.draw(task11.SCRIPT, record, task11.FIGURES)
+    drawn = figures.draw(task11.SCRIPT, record, FIGURES)
     assert [(path.name, why) for path, why in drawn] == [(f"{task11.SCRIPT}.png", None)]
 
 
@@ -275,7 +277,7 @@ def test_task_11_on_the_tiny_model(tiny_model, capsys):
     assert record.settings.max_model_len == 256            # the tiny model's own limit
     w = record.workload
     assert w.source == "/usr/share/common-licenses/GPL-3" or "not found" in out
-    workload = task11.make_workload(_tokenizer(tiny_model), 4, 2, 100)
+    workload = make_workload(_tokenizer(tiny_model), 4, 2, 100)
     assert sum(map(len, workload.long_prompts)) == w.num_long_prompt_tokens
     totals_hold(record, sum(map(len, workload.prompts)))
     off = record.mini_engine[0]
@@ -292,7 +294,7 @@ def test_task_11_on_the_tiny_model(tiny_model, capsys):
         " ".join(out.split())
     res = steps.by_name()[task11.SCRIPT].load()
     assert res == record
-    assert task11.summary_row(res).startswith("stall ") and "vLLM" not in task11.summary_row(res)
+    assert summary_row(res).startswith("stall ") and "vLLM" not in summary_row(res)
     assert "task_11_chunked_prefill.png" in out and "not drawn" not in out
 
 
@@ -357,7 +359,7 @@ def test_task_11_against_a_server_given_by_base_url(tiny_model, speculating_serv
     assert "for vLLM, at its own setting" in " ".join(out.split())
     assert "Starting vLLM server" not in out
     assert not any(line.startswith("vLLM") for line in task_11_report.insights(record))
-    assert "vLLM" not in task11.summary_row(record)
+    assert "vLLM" not in summary_row(record)
 
 
 @pytest.mark.lab_steps("task_11_chunked_prefill")
@@ -407,7 +409,7 @@ def test_task_11_on_the_real_model_holds_the_budget_and_changes_no_token(lab_run
     assert all(r["latency"] and len(r["latency"]["long_ttft_s"]) == 1 for r in vllm)
     assert all(8 <= r["num_chat_tokens_at_arrival"] <= 10 for r in vllm)
     # its report: part 3, and the restart from no chunking to the budget (that it stops the
-    # server after: tests/test_lab.py, no step after it finds one to stop)
+    # server after: tests/lab/test_lab.py, no step after it finds one to stop)
     report = (lab_run.results_dir / "task_11_chunked_prefill.txt").read_text()
     assert "3. vLLM" in report and "Stopping the lab server on" in report
     assert "(vLLM " in lab_run.row("task_11_chunked_prefill")

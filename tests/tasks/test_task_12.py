@@ -12,21 +12,21 @@ import pytest
 
 import task_12_speculative_decoding as task12
 from common import figures, results, server, steps
+from lessons.task_12 import FIGURES
 from lessons.task_12 import report as task_12_report
-from lessons.task_12.figure import NEWLINE, text_grid
+from lessons.task_12.figure import NEWLINE, draw_speculation, text_grid
 from lessons.task_12.record import EngineRun, SpeculativeDecoding, summary_row, times_text
-from tests.conftest import assert_fits
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_12_speculative_decoding import KS, OUTPUT, SUMMARY_ROW
 from tests.hand.task_12_speculative_decoding import record as hand_result
-from tests.says import assert_says
+from tests.helpers import assert_fits, assert_says
 
 
 def test_the_record_reads_back_whole():
     record = hand_result()
     results.save(task12.SCRIPT, record)
     step = steps.by_name()[task12.SCRIPT]
-    assert step.record is SpeculativeDecoding and step.figures == task12.FIGURES
+    assert step.record is SpeculativeDecoding and step.figures == FIGURES
     loaded = step.load()
     assert loaded == record
     saved = results.load_raw(task12.SCRIPT, "")
@@ -88,7 +88,7 @@ def test_the_summary_row():
     assert summary_row(record) == row == SUMMARY_ROW
     assert steps.by_name()[task12.SCRIPT].row(record) == row
     record.vllm = None                                   # --no-vllm
-    assert task12.summary_row(record) == "copy 2.5x (2.4-2.7); 16 chat 0.80x (0.75-0.86)"
+    assert summary_row(record) == "copy 2.5x (2.4-2.7); 16 chat 0.80x (0.75-0.86)"
 
 
 def test_the_insight_says_what_the_figures_show():
@@ -237,7 +237,7 @@ def test_the_answer_is_laid_out_as_it_reads():
 def test_what_the_figure_plots():
     record = hand_result()
     results.save(task12.SCRIPT, record)
-    fig = task12.draw_speculation(record)
+    fig = draw_speculation(record)
     copy_text, per_step, chat_text, speed = fig.axes[:4]
     # every token a text on the colour of how it came: 64 - 12 x 4 - 2 = 14 of the model's own
     colours = [t.get_bbox_patch().get_facecolor() for t in copy_text.texts]
@@ -259,10 +259,10 @@ def test_what_the_figure_plots():
     assert_figure_reads_well(fig, steps.by_name()[task12.SCRIPT].load(), "task 12")
     figures.plt().close(fig)
     record.vllm = None
-    fig = task12.draw_speculation(record)
+    fig = draw_speculation(record)
     assert len(fig.axes[3].patches) == 12               # no vLLM bars
     figures.plt().close(fig)
-    drawn = figures.draw(task12.SCRIPT, record, task12.FIGURES)
+    drawn = figures.draw(task12.SCRIPT, record, FIGURES)
     assert [(path.name, why) for path, why in drawn] == [(f"{task12.SCRIPT}.png", None)]
 
 
@@ -310,7 +310,7 @@ def test_task_12_on_the_tiny_model(tiny_model, capsys):
     assert record.vllm is None and "3. vLLM" not in out
     res = steps.by_name()[task12.SCRIPT].load()
     assert res == record
-    assert "vLLM" not in task12.summary_row(res)
+    assert "vLLM" not in summary_row(res)
     assert "task_12_speculative_decoding.png" in out and "not drawn" not in out
 
 
@@ -337,8 +337,8 @@ def test_task_12_against_a_server_given_by_base_url(tiny_model, speculating_serv
     assert "Tokens/s (its own)" in out and "Starting vLLM server" not in out
     assert not any("vLLM's ngram" in line or line.startswith("vLLM")
                    for line in task_12_report.insights(record))
-    assert "vLLM" not in task12.summary_row(record)
-    fig = task12.draw_speculation(record)
+    assert "vLLM" not in summary_row(record)
+    fig = draw_speculation(record)
     assert len(fig.axes[3].get_legend().get_texts()) == 1     # mini_engine's k only
     figures.plt().close(fig)
 

@@ -1,8 +1,9 @@
 """Task 13: its record built by hand (tests/hand/), saved and read back whole, the figures that
 follow from others (the step's and tokens/s ratios), the summary's row, the insight lines both
 ways, its figure and its report printed from the record; end to end on the tiny model (main():
-both engines' tokens identical in fp32, one graph; vLLM compiled in a process of its own), and
-where nothing can be compiled; its bad flags. On the real model it runs in the lab's quick run
+mini_engine three ways, torch, eager with its C kernels and compiled, the last two's tokens
+identical in fp32, one graph; vLLM compiled in a process of its own), and where nothing can be
+compiled; its bad flags. On the real model it runs in the lab's quick run
 (the last test here), vLLM eager only there, so each vLLM mode starts once in the suite. Counts
 are asserted, never times."""
 from __future__ import annotations
@@ -11,25 +12,29 @@ import pytest
 
 import task_13_compiled_step as task13
 from common import figures, results, steps
+from lessons.task_13 import FIGURES
 from lessons.task_13 import report as task_13_report
 from lessons.task_13.record import CompiledStep, summary_row
-from mini_engine import compiled as compiled_mod
-from tests.conftest import assert_fits
+from mini_engine.kernels import compiled as compiled_mod
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_13_compiled_step import SUMMARY_ROW
 from tests.hand.task_13_compiled_step import record as hand_result
-from tests.says import assert_says
+from tests.helpers import assert_fits, assert_says
 
 
 def test_the_record_reads_back_whole():
     record = hand_result()
     results.save(task13.SCRIPT, record)
     step = steps.by_name()[task13.SCRIPT]
-    assert step.record is CompiledStep and step.figures == task13.FIGURES
+    assert step.record is CompiledStep and step.figures == FIGURES
     assert step.load() == record
     saved = results.load_raw(task13.SCRIPT, "")
     assert "compile_skipped" not in saved and saved["compiled"]["num_graphs"] == 1
     assert set(saved["vllm"]) == {"eager", "compiled"}
+    assert saved["torch"]["kernels"]["attention"] == "torch, gathered + SDPA"
+    assert saved["eager"]["products_ms"]["matmul.c"] == [15.0, 21.0]
+    assert set(saved["attention"]) >= {"torch_ms", "mini_ms"} and "one_call_ms" not in \
+        saved["attention"]
 
 
 def test_the_figures_that_follow_from_others():
@@ -42,6 +47,13 @@ def test_the_figures_that_follow_from_others():
     assert record.vllm_speedup == pytest.approx(1.3)
     assert record.over_vllm("eager") == pytest.approx(278 / 250)    # in the same rounds
     assert record.over_vllm("compiled") == pytest.approx(308 / 280)
+    # the C kernels over the torch way: 37.0 / 52.5 at 16, 23.0 / 26.0 at 1
+    assert record.kernels_ratio(16) == pytest.approx(37.0 / 52.5)
+    assert record.kernels_ratio(1) == pytest.approx(23.0 / 26.0)
+    assert record.attention.at("torch", 16, 1024) == 183.8
+    assert record.attention.at("mini", 1, 128) == 2.5
+    record.torch = None
+    assert record.kernels_ratio(16) is None
     record.compiled = None
     assert record.step_ratio(16) is None and record.speedup is None
     del record.vllm["compiled"]
@@ -70,19 +82,24 @@ def test_the_insight_says_what_the_figures_show():
                 branch="cut the rest", not_branch="did not shorten")
     # the compiled step at 16: matmuls 22 of 33.5 ms (66%), 22 / 21.6 = 1.0x a read
     assert_says(lines[1], "the matmuls", "66%", "1.0x one read", branch="same products")
+    # the C kernels against the torch way: the step 26.0 -> 23.0 ms at 1, 52.5 -> 37.0 at 16,
+    # attention 14.0 -> 6.5, matmuls 30.0 -> 22.0; tokens/s 280 / 200 = 1.40x
+    assert_says(lines[2], "26.0 to 23.0 ms", "batch 1", "52.5 to 37.0 ms", "16",
+                "attention 14.0 -> 6.5", "matmuls 30.0 -> 22.0", "1.40x",
+                branch="earn their place", not_branch="the torch way is enough")
     # vLLM 585 / 450 = 1.30x at 16, PSS +0.15 GB, start-up 72.5 - 8.5 = +64 s
-    # and 0.15 / 4 GB = 4% saved against 30% more tokens/s given up
-    assert_says(lines[2], "1.30x", "16 requests", "+0.15 GB", "+64 s", "1 of 16", "4%",
-                "30% more tokens/s", "64 s", branch=("answers changed", "wrong trade"),
-                not_branch=("the same greedy text", "right trade"))
-    # task 9's workload, in turns: 278 / 250 = 1.11x eager, 308 / 280 = 1.10x compiled
-    assert_says(lines[3], "1.11x", "1.10x", branch="vLLM more than mini_engine",
-                not_branch="mini_engine as much")
-    # part 4 at 1,024 and 16: 124.2 ms (one call 183.8), 124.2 / 18.5 = 6.7x; vLLM 41.4 ms,
+    # and 0.15 / 4 GB = 4% saved against 30% more tokens/s given up; then, in the same line,
+    # task 9's workload in turns: 278 / 250 = 1.11x eager, 308 / 280 = 1.10x compiled
+    assert_says(lines[3], "1.30x", "16 requests", "+0.15 GB", "+64 s", "1 of 16", "4%",
+                "30% more tokens/s", "64 s", "matters more. On task 9's workload", "1.11x",
+                "1.10x", branch=("answers changed", "wrong trade", "vLLM more than mini_engine"),
+                not_branch=("the same greedy text", "right trade", "mini_engine as much"))
+    # part 4 at 1,024 and 16: 124.2 ms (the torch way 183.8), 124.2 / 18.5 = 6.7x; vLLM 41.4 ms,
     # 41.4 / 5.2 = 8.0x; 124.2 / 41.4 = 3.0x now, 18.5 / 5.2 = 3.6x at 128
     assert_says(lines[4], "1,024", "16 requests", "124.2 ms", "183.8 ms", "6.7x", "128",
                 "41.4 ms", "8.0x", "3.0x", "3.6x at 128",
-                branch=("in place", "did not grow"), not_branch=("kept up", "that grew"))
+                branch=("in place", "did not grow", "torch way"),
+                not_branch=("kept up", "that grew"))
 
 
 def test_the_insight_changes_when_the_figures_do():
@@ -96,15 +113,19 @@ def test_the_insight_changes_when_the_figures_do():
                 not_branch="cut the rest")
     record.vllm["compiled"].texts = record.vllm["eager"].texts
     lines = task_13_report.insight(record)
-    assert_says(lines[2], "1.02x", "+0.30 GB", "8%", "2%",
+    assert_says(lines[3], "1.02x", "+0.30 GB", "8%", "2%",
                 branch=("the same greedy text", "right trade"),
                 not_branch=("answers changed", "wrong trade"))
     record.vllm["compiled"].workload_tokens_per_s = 200.0    # 308 / 200 = 1.54x
-    assert_says(task_13_report.insight(record)[3], "1.11x", "1.54x",
-                branch="mini_engine as much", not_branch="vLLM more than mini_engine")
+    assert_says(task_13_report.insight(record)[3], "right trade. On task 9's workload", "1.11x",
+                "1.54x", branch="mini_engine as much", not_branch="vLLM more than mini_engine")
     record.vllm["compiled"].batch_tokens_per_s = 405.0       # 0.90x: compiling cost speed
-    assert_says(task_13_report.insight(record)[2], "-10%", "+8%", branch="no trade to weigh",
+    assert_says(task_13_report.insight(record)[3], "-10%", "+8%", branch="no trade to weigh",
                 not_branch=("right trade", "wrong trade"))
+    # the C kernels within a tenth of the torch way: 280 / 260 = 1.08x
+    record.torch.tokens_per_s = 260.0
+    assert_says(task_13_report.insight(record)[2], "26.0 to 23.0 ms", "1.08x",
+                branch="the torch way is enough", not_branch="earn their place")
     record.attention.mini_ms[16][-1] = 250.0                 # 250 / 41.4 = 6.0x > 3.6x
     assert_says(task_13_report.insight(record)[4], "250.0 ms", "6.0x", "3.6x at 128",
                 branch="that grew", not_branch=("did not grow", "kept up"))
@@ -121,6 +142,10 @@ def test_the_insight_changes_when_the_figures_do():
                 not_branch="one read of the weights")
     record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
     record.attention = None
+    lines = task_13_report.insight(record)
+    assert lines[0] == "mini_engine was not compiled here: no C++ compiler here"
+    assert len(lines) == 2 and lines[1] == task_13_report.kernels_line(record)
+    record.torch = None                                      # no torch way measured: no line
     assert task_13_report.insight(record) == ["mini_engine was not compiled here: no C++ "
                                               "compiler here"]
 
@@ -133,9 +158,17 @@ def test_the_report_prints_every_part(capsys):
     assert "38 of 48 requests identical" in out and "15 of 16 answers the same" in out
     assert "1.33x at 1, 1.30x at 16" in out            # 56 / 42, 585 / 450
     assert "278.0, vLLM 250.0 tok/s: 1.11x vLLM" in " ".join(out.split())
-    # part 4's row at 1,024: mini 1, vLLM 1, one call 16, mini 16, vLLM 16
-    assert ["1,024", "9.8", "2.7", "183.8", "124.2", "41.4"] in [
-        line.replace("│", " ").split() for line in out.splitlines()]
+    # part 4's row at 1,024: torch 1, C 1, vLLM 1, torch 16, C 16, vLLM 16
+    rows = [line.replace("│", " ").split() for line in out.splitlines()]
+    assert ["1,024", "12.1", "9.8", "2.7", "183.8", "124.2", "41.4"] in rows
+    # part 1, torch against C: the whole step at 1 and 16, the products each way timed
+    assert ["whole", "step", "26.0", "23.0", "52.5", "37.0"] in rows
+    joined = " ".join(out.split())
+    assert "C: attention C, pages in place; products matmul.c; forward eager" in joined
+    assert "torch 200.0, C 280.0 (1.40x)" in joined
+    assert ("F.linear 20.0 + 27.0; matmul.c 15.0 + 21.0; oneDNN packed 16.5 + 20.0 (kept: "
+            "matmul.c)") in joined
+    assert ["torch", "1.2", "0", "315", "200.0"] in rows      # the cost and the gain
     record.compiled, record.compile_skipped, record.vllm = None, "no C++ compiler here", None
     task_13_report.print_report(record)
     out = " ".join(capsys.readouterr().out.split())      # the lines as one, wherever they wrap
@@ -145,11 +178,11 @@ def test_the_report_prints_every_part(capsys):
 def test_the_figure_reads_well():
     record = hand_result()
     results.save(task13.SCRIPT, record)
-    assert_figure_reads_well(task13.FIGURES[0][1](record), record)
+    assert_figure_reads_well(FIGURES[0][1](record), record)
     record.vllm = None
-    assert len(task13.FIGURES[0][1](record).axes) == 2      # mini_engine's step, and part 4
+    assert len(FIGURES[0][1](record).axes) == 2      # mini_engine's step, and part 4
     record.attention = None
-    fig = task13.FIGURES[0][1](record)
+    fig = FIGURES[0][1](record)
     assert len(fig.axes) == 1
     figures.plt().close("all")
 
@@ -181,8 +214,10 @@ def test_the_figure_says_where_a_bar_falls_under_the_matmuls_alone():
 
 
 def test_task_13_on_the_tiny_model(tiny_model, capsys):
-    """Both engines on task 9's workload, greedy, fp32: every request's tokens the same, the
-    compiled engine's one graph made at its warm-up; then vLLM compiled, in a process of its own.
+    """mini_engine three ways on task 9's workload, greedy, fp32: eager (its C kernels) and
+    compiled give every request the same tokens, the compiled engine's one graph made at its
+    warm-up; each way says what it ran, the products timed once for the model (eager and
+    compiled share them); then vLLM compiled, in a process of its own.
     The lab's quick run has vLLM eager (the same child, started the same way) and leaves the
     compiled one out, so each mode starts once in the suite."""
     record = task13.main(["--model", tiny_model, "--dtype", "float32", "--quick",
@@ -191,7 +226,20 @@ def test_task_13_on_the_tiny_model(tiny_model, capsys):
     assert compiled_mod.num_graphs() >= 1         # it, so some graph exists: compiled, not eager
     assert record.num_identical == record.num_requests == 8
     assert record.compiled.num_tokens == record.eager.num_tokens > 0    # EOS held off
-    assert set(record.eager.phases) == set(record.compiled.phases) == {1, 4}
+    assert set(record.eager.phases) == set(record.compiled.phases) == set(
+        record.torch.phases) == {1, 4}
+    assert record.torch.num_tokens == record.eager.num_tokens       # the same workload
+    assert record.torch.kernels == {"attention": "torch, gathered + SDPA", "products": "F.linear",
+                                    "8-bit cache": "-", "forward": "eager"}
+    assert record.torch.products_ms == {} and record.torch.num_graphs == 0
+    assert record.eager.kernels["attention"] == "C, pages in place"   # a C compiler here
+    assert record.compiled.kernels == record.eager.kernels | {"forward": "compiled"}
+    # F.linear and each way that works, at batch 1 and the cap; the kept one the least summed
+    ms = record.eager.products_ms
+    assert "F.linear" in ms and all(len(v) == 2 for v in ms.values())
+    assert record.eager.kernels["products"] == min(ms, key=lambda way: sum(ms[way]))
+    assert record.compiled.products_ms == ms
+    assert record.kernels_ratio(4) > 0
     assert list(record.vllm) == ["compiled"]
     assert record.vllm_skipped == "--vllm-modes left eager out"
     (vllm_compiled,) = record.vllm.values()
@@ -201,7 +249,7 @@ def test_task_13_on_the_tiny_model(tiny_model, capsys):
     sweep = record.attention                      # part 4: both engines at 1 and the cap
     assert sweep.contexts == [128, 1024]          # --quick's
     assert all(set(ms) == {1, 4} and all(len(v) == 2 and min(v) > 0 for v in ms.values())
-               for ms in (sweep.one_call_ms, sweep.mini_ms, sweep.vllm_ms))
+               for ms in (sweep.torch_ms, sweep.mini_ms, sweep.vllm_ms))
     assert results.load(task13.SCRIPT, CompiledStep) == record
     # vLLM's ratio needs both modes (the hand-built record's test has it)
     assert record.vllm_speedup is None
@@ -216,13 +264,13 @@ def test_vllm_modes_run_eager_first_whatever_the_order_given():
 
 def test_where_nothing_can_be_compiled_the_eager_parts_still_run(tiny_model, monkeypatch,
                                                                   capsys):
-    import mini_engine.compiled
+    import mini_engine.kernels.compiled
 
-    monkeypatch.setattr(mini_engine.compiled, "why_not_compiled",
+    monkeypatch.setattr(mini_engine.kernels.compiled, "why_not_compiled",
                         lambda: "no C++ compiler (g++) on this machine")
     record = task13.main(["--model", tiny_model, "--dtype", "float32", "--quick", "--no-vllm"])
     assert record.compiled is None and record.compile_skipped.startswith("no C++ compiler")
-    assert record.eager.num_tokens > 0
+    assert record.eager.num_tokens > 0 and record.torch.num_tokens == record.eager.num_tokens
     assert "not measured: no C++ compiler" in " ".join(capsys.readouterr().out.split())
 
 

@@ -1,7 +1,8 @@
 """Task 14: its record built by hand (tests/hand/), saved and read back whole, the figures that
 follow from others (users, the speed-ups, the summary's row), the insight lines both ways, its
 report and figure printed from the record; end to end on the tiny model (mini_engine's side: the
-capacity read from the engine equals the arithmetic); its bad flags. vLLM's side runs on the
+capacity read from the engine equals the arithmetic; part 3 with --kernels c and torch, the
+quality comparisons the torch way); its bad flags. vLLM's side runs on the
 real model in the lab's quick run (the last test here), as every server test of the lab does.
 Counts are asserted, never times."""
 from __future__ import annotations
@@ -13,21 +14,23 @@ import pytest
 import task_14_quantized_kv as task14
 from common import figures, results, steps
 from common.measure import Spread
+from lessons.task_14 import FIGURES
 from lessons.task_14 import report as task_14_report
 from lessons.task_14.record import QuantizedKV, summary_row
-from tests.conftest import assert_fits
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_14_quantized_kv import SUMMARY_ROW
 from tests.hand.task_14_quantized_kv import record as hand_result
-from tests.says import assert_says
+from tests.helpers import assert_fits, assert_says
 
 
 def test_the_record_reads_back_whole():
     record = hand_result()
     results.save(task14.SCRIPT, record)
     step = steps.by_name()[task14.SCRIPT]
-    assert step.record is QuantizedKV and step.figures == task14.FIGURES
+    assert step.record is QuantizedKV and step.figures == FIGURES
     assert step.load() == record
+    assert (record.settings.kernels, record.settings.kv_read) == (
+        "c", "one pass of C each (mini_engine/kernels/kv_quant.c)")
 
 
 def test_the_figures_that_follow_from_others():
@@ -222,7 +225,7 @@ def test_the_report_prints_every_part(capsys):
 def test_the_figure_reads_well():
     record = hand_result()
     results.save(task14.SCRIPT, record)
-    assert_figure_reads_well(task14.FIGURES[0][1](record), record)
+    assert_figure_reads_well(FIGURES[0][1](record), record)
     figures.plt().close("all")
 
 
@@ -230,7 +233,7 @@ def test_one_colour_is_one_format_on_every_panel():
     """The figure's bars, panel by panel: each format one colour and each colour one format,
     the engine told by the hatch (vLLM's), and the cost panel's title naming what it plots."""
     record = hand_result()
-    fig = task14.FIGURES[0][1](record)
+    fig = FIGURES[0][1](record)
     capacity, cost, gain = fig.axes[:3]
     rows = ([("mini_engine", c.name) for c in record.capacity]
             + [(q.engine, q.name) for q in record.quality]
@@ -274,17 +277,54 @@ def test_task_14_on_the_tiny_model(tiny_model, capsys):
     assert base.num_tokens == fp8.num_tokens == 6 * 16                  # EOS held off
     assert fp8.capacity_tokens > base.capacity_tokens
     assert results.load(task14.SCRIPT, QuantizedKV) == record
-    assert s.kv_read == "one pass of C each (kv_quant.c)"   # this machine has a C compiler
+    # --kernels c, the default: this machine has a C compiler
+    assert s.kernels == "c" and s.kv_read == "one pass of C each (mini_engine/kernels/kv_quant.c)"
     out = capsys.readouterr().out
-    assert "wrote and read its 8-bit pages in one pass of C each (kv_quant.c)" in " ".join(
-        out.split())
+    assert ("wrote and read its 8-bit pages in one pass of C each "
+            "(mini_engine/kernels/kv_quant.c)") in " ".join(out.split())
     assert_fits(out)                                                   # the progress lines too
+
+
+def test_the_kv_read_said_is_the_one_part_3_ran(monkeypatch):
+    """Part 3's engines take --kernels; the report says how they wrote and read the 8-bit
+    pages: in C where it was asked for and builds, else torch's operations, and why."""
+    from mini_engine.kernels import kv_quant as c_kv
+
+    assert task14.kv_read("c") == "one pass of C each (mini_engine/kernels/kv_quant.c)"
+    assert task14.kv_read("torch") == "torch's operations (--kernels torch)"
+    monkeypatch.setattr(c_kv, "_library", lambda: None)      # no compiler: nothing built
+    assert task14.kv_read("c") == "torch's operations (kv_quant.c could not be built here)"
+    assert task14.parse_args([]).kernels == "c"
+    assert task14.parse_args(["--kernels", "torch"]).kernels == "torch"
+
+
+def test_the_quality_comparisons_run_the_torch_way_and_part_3_its_kernels(tiny_llama):
+    """Part 2's comparisons run every format the torch way (the C reads no 8-bit pool in place,
+    and would change the reference's last bits for a reason that is not the format); part 3's
+    load run takes --kernels: with "c", its 8-bit pool is written and read in C, the same run
+    as the torch way's, step for step (the C gives torch's bits)."""
+    from lessons.task_14 import quality as q
+
+    budget = 64 * 16 * tiny_llama.kv_bytes_per_token
+    for kv in (("auto", "token"), ("fp8", "token")):
+        used = q.engine(tiny_llama, [], kv, budget, 16, 64).kernels_used()
+        assert used == {"attention": "torch, gathered + SDPA", "products": "F.linear",
+                        "8-bit cache": "torch" if kv[0] == "fp8" else "-", "forward": "eager"}
+    assert q.engine(tiny_llama, [], ("fp8", "token"), budget, 16, 64,
+                    kernels="c").kernels_used()["8-bit cache"] == "C"
+    prompts = [[(3 * i + j) % 900 + 1 for j in range(20)] for i in range(3)]
+    runs = {kernels: q.load_run(tiny_llama, [], ("fp8", "token"), "fp8 token", prompts, 6,
+                                budget, 16, 3, kernels) for kernels in ("torch", "c")}
+    assert runs["torch"].num_tokens == runs["c"].num_tokens == 3 * 6
+    assert [(r.capacity_tokens, r.max_running, r.num_preemptions) for r in runs.values()] == [
+        (runs["torch"].capacity_tokens, 3, runs["torch"].num_preemptions)] * 2
 
 
 @pytest.mark.parametrize("args, message", [
     (["--prompts", "13"], "at most 12"),
     (["--passage", "1"], "--passage"),
     (["--load-mib", "0"], "--load-mib"),
+    (["--kernels", "compiled"], "invalid choice: 'compiled'"),
 ])
 def test_bad_flags_get_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -18,17 +18,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from common import metrics, results, server, settings
 from lessons.task_8 import monitor
 from lessons.task_8 import report as task_8_report
-from tests.conftest import (REPO, PipeReader, assert_fits, chromium, processes_on_port, run_script,
-                            saved_result)
+from tests.helpers import (REPO, PipeReader, assert_fits, chromium, processes_on_port, run_script,
+                           saved_result)
 
-DATA = Path(__file__).parent / "data"
+DATA = REPO / "tests" / "data"     # /metrics texts captured from the real lab server
 BEFORE, BUSY, AFTER = ((DATA / f"metrics_{n}.txt").read_text() for n in ("before", "busy", "after"))
 
 
@@ -107,7 +106,8 @@ def test_histogram_buckets_are_not_taken_for_sums():
 
 # --- task 8's record: what --once saves, read back, and its row in the summary ----------------
 def test_the_record_reads_back_typed_and_gives_the_summary_row():
-    import task_8_dashboard as task8
+    from lessons.task_8 import RECORD
+    from lessons.task_8 import record as task8
 
     before, busy = metrics.snapshot(BEFORE, 0.0), metrics.snapshot(BUSY, 1.5)
     interval = task8.Interval.of(metrics.window(before, busy))
@@ -123,7 +123,7 @@ def test_the_record_reads_back_typed_and_gives_the_summary_row():
                              header=results.RunHeader("m", dtype="float32", threads=2),
                              engine="max_num_seqs=8", last_interval=interval, load=load)
     results.save("task_8_dashboard", record)
-    back = results.load("task_8_dashboard", task8.RECORD)
+    back = results.load("task_8_dashboard", RECORD)
     assert (back.snapshot, back.last_interval, back.load) == (snapshot, interval, load)
     assert (back.base_url, back.server_state, back.engine, back.cache_config) == (
         "http://127.0.0.1:8000", "reused", "max_num_seqs=8", {"block_size": "16"})

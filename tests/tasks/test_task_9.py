@@ -2,23 +2,25 @@
 lab-wide tests read it too), saved and read back whole, the summary's row, what its figures plot
 (the batching timeline's slots worked out by hand: the matrix, never the pixels), and its report
 printed from the record, the two insight lines of the step profile among it. The engine itself,
-task 9 end to end and its flags: tests/test_engine.py. Task 9 on the real model, vLLM included:
-the last test here, on the lab's quick run (the lab_run fixture, tests/conftest.py)."""
+task 9 end to end and its flags: tests/engine/test_engine.py. Task 9 on the real model, vLLM
+included: the last test here, on the lab's quick run (the lab_run fixture, tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
 
 import task_9_build_your_own_engine as task9
 from common import figures, results, settings, steps
+from lessons.task_9 import FIGURES
 from lessons.task_9 import profile as task_9_profile
 from lessons.task_9 import report as task_9_report
 from lessons.task_9.figure import (batching_timeline, floor_note, ids_of, runs_of, step_phases,
                                    timeline_grid)
 from lessons.task_9.record import (Mismatch, OwnEngine, Phases, StepTimeline, ratios,
-                                   timeline_record)
-from tests.hand.task_9_build_your_own_engine import HAND, SUMMARY_ROW, hand_phases, hand_policy
+                                   summary_row, timeline_record)
+from tests.hand.task_9_build_your_own_engine import (HAND, KERNELS, SUMMARY_ROW, hand_phases,
+                                                     hand_policy)
 from tests.hand.task_9_build_your_own_engine import record as hand_result
-from tests.says import assert_says
+from tests.helpers import assert_says
 
 # the hand workload (tests/hand/task_9_build_your_own_engine.py: HAND): outputs of 8, 1, 1, 1
 # tokens, batch cap 2; each policy's timeline worked out there
@@ -39,11 +41,11 @@ def test_the_record_reads_back_whole():
     hand = hand_result()
     results.save(task9.SCRIPT, hand)
     step = steps.by_name()[task9.SCRIPT]
-    assert step.record is task9.RECORD is OwnEngine
+    assert step.record is OwnEngine
     loaded = step.load()
     assert loaded == hand
-    assert loaded.phases[2].matmul_s == 0.080 and loaded.linear_choices.layers["o"].chosen_s == {
-        1: 0.005, 2: 0.006}                                    # int keys again, from "1", "2"
+    assert loaded.phases[2].matmul_s == 0.080                 # int keys again, from "1", "2"
+    assert loaded.kernels == KERNELS and loaded.kernels["products"] == "oneDNN packed"
     saved = results.load_raw(task9.SCRIPT, "")
     assert list(saved["policies"]) == ["static", "static no-pad", "continuous"]
     assert set(saved["phases"]) == {"1", "2"} and saved["vllm"]["settings"]["max_num_seqs"] == 2
@@ -65,20 +67,20 @@ def test_without_part_4_nothing_of_it_is_saved():
 
 
 def test_the_summary_row():
-    assert task9.summary_row(hand_result()) == SUMMARY_ROW == (
+    assert summary_row(hand_result()) == SUMMARY_ROW == (
         "8/8 = HF, 1.65x static (1.58-1.67), 1.31x vLLM (1.25-1.36)")
-    assert task9.summary_row(hand_result(with_vllm=False)) == "8/8 = HF, 1.65x static (1.58-1.67)"
+    assert summary_row(hand_result(with_vllm=False)) == "8/8 = HF, 1.65x static (1.58-1.67)"
     hand = hand_result(with_vllm=False)
     hand.policies = {"static": hand.policies["static"]}
     hand.continuous_over_static_spread = ratios(hand.policies, None)[0]
-    assert task9.summary_row(hand) == "8/8 = HF"
+    assert summary_row(hand) == "8/8 = HF"
     # one pass each (--passes 1): the one ratio, no range
     hand = hand_result()
     for run in (*hand.policies.values(), hand.vllm):
         run.pass_tokens_per_s = run.pass_tokens_per_s[:1]
     hand.continuous_over_static_spread, hand.engine_over_vllm_spread = ratios(hand.policies,
                                                                                  hand.vllm)
-    assert task9.summary_row(hand) == "8/8 = HF, 1.65x static, 1.31x vLLM"
+    assert summary_row(hand) == "8/8 = HF, 1.65x static, 1.31x vLLM"
     # what the summary's cross-checks read: the median round's ratio
     assert (hand_result().engine_over_vllm, hand_result().continuous_over_static) == (
         pytest.approx(66.16 / 50.66), pytest.approx(66.16 / 40))
@@ -177,8 +179,8 @@ def bars(ax) -> list[tuple[float, float, float]]:
 def test_the_figures_have_a_title_labelled_axes_and_a_caption():
     hand = hand_result()
     results.save(task9.SCRIPT, hand)          # stamps when and where, as the caption names them
-    assert [suffix for suffix, _ in task9.FIGURES] == ["", "phases"]
-    for suffix, draw in task9.FIGURES:
+    assert [suffix for suffix, _ in FIGURES] == ["", "phases"]
+    for suffix, draw in FIGURES:
         fig = draw(hand)
         assert fig.get_suptitle(), suffix
         caption = fig.get_supxlabel()
@@ -251,23 +253,35 @@ def printed(capsys) -> str:
     return " ".join(capsys.readouterr().out.split())
 
 
-def test_the_kernel_sentence_compares_the_same_kernels_then_the_floor():
+def test_the_kernel_sentence_compares_the_engines_products_with_the_floor():
     hand = hand_result()
-    # batch 2: the matmuls 80.0 ms a step in the engine; the same kernels timed alone at load
-    # 12 + 6 + 31 + 15.5 + 12 = 76.5 ms, so the step's other work cost them 80.0 - 76.5 = +3.5
-    # ms; the floor through F.linear 72.0 ms, 80.0 - 72.0 = 8.0 ms less than the step's
-    assert_says(task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices),
-                "(W @ x.T / oneDNN packed)", "80.0 ms", "76.5 ms", "+3.5 ms",
-                "72.0 ms", "8.0 ms", branch=("timed alone", "ms less"), not_branch="ms more")
-    # a fullest batch the kernels were not timed at (the continuous run never filled the cap):
-    # no figure timed alone, so that half is left out; F.linear slower than the engine's
-    # matmuls, 62.5 - 50.0 = 12.5 ms more: no floor
+    # batch 2: the engine's products (oneDNN packed) 80.0 ms a step inside the engine; the floor
+    # through F.linear 72.0 ms, 80.0 - 72.0 = 8.0 ms less than the step's
+    assert_says(task_9_profile.kernel_choice(hand.phases, hand.machine, hand.kernels),
+                "(oneDNN packed)", "80.0 ms", "72.0 ms", "8.0 ms",
+                branch=("kernel floor through F.linear", "ms less"),
+                not_branch=("ms more", "no floor"))
+    # a fullest batch of 3 where F.linear is slower than the engine's products, 62.5 - 50.0 =
+    # 12.5 ms more: no floor; the products named as the engine ran them (matmul.c here)
     hand.phases = {1: hand.phases[1], 3: hand_phases(0.050, 4)}
     hand.machine.kernel_floor_s[3] = 0.0625
-    assert_says(task_9_profile.kernel_choice(hand.phases, hand.machine, hand.linear_choices),
-                "(W @ x.T / oneDNN packed)", "50.0 ms", "62.5 ms", "12.5 ms",
+    assert_says(task_9_profile.kernel_choice(hand.phases, hand.machine,
+                                             KERNELS | {"products": "matmul.c"}),
+                "(matmul.c)", "50.0 ms", "62.5 ms", "12.5 ms",
                 branch=("ms more", "no floor"),
-                not_branch=("timed alone", "other work", "ms less", "kernel floor"))
+                not_branch=("ms less", "kernel floor", "oneDNN"))
+
+
+def test_the_kernels_line_names_what_the_engine_ran(capsys):
+    """Part 3's line of the engine's kernels: each part as it ran, the 8-bit cache left out
+    where there was none ("-")."""
+    task_9_profile.print_kernels(KERNELS)
+    assert_says(printed(capsys), "attention C, pages in place", "products oneDNN packed",
+                "forward eager", not_branch="8-bit cache")
+    task_9_profile.print_kernels({"attention": "torch, gathered + SDPA", "products": "F.linear",
+                                  "8-bit cache": "torch", "forward": "eager"})
+    assert_says(printed(capsys), "attention torch, gathered + SDPA", "products F.linear",
+                "8-bit cache torch", "forward eager", not_branch="C, pages")
 
 
 def test_the_step_limit_is_chosen_from_the_phases():
@@ -306,10 +320,9 @@ def test_the_report_prints_every_part_from_the_record(capsys):
     assert "Each policy's median pass of 3, by tokens/s (the ways took turns with vLLM)" in out
     assert "contiguous = rows x 8 pages (128 tokens)" in out
     assert "Weights 538 MB at 20.0 GB/s (measured now)" in out
-    assert "through F.linear, unfused: the kernel floor Linear" in out   # not beaten: no except
-    assert "at batch 1 + 2 (0.9 s in all)" in out
-    # qkv: oneDNN packed, fused, 22 ms (10 + 12); apart, the fastest is F.linear's 2 x 22 = 44
-    assert "Best of each: q, k, v fused (22.0 fused vs 44.0 ms apart)" in out
+    assert "through F.linear, unfused: the kernel floor Engine's" in out   # not beaten: no except
+    assert ("Engine's kernels (--kernels): attention C, pages in place; products oneDNN packed; "
+            "forward eager") in out
     # the tokens/s of each policy's median pass, the range of its passes under it
     assert "Tokens/s 40.0 44.0 66.2 lowest-highest pass 38.0-42.0 41.8-46.2 60.0-70.0" in out
     assert "mini_engine, continuous 66.2 60.0-70.0" in out
@@ -323,7 +336,8 @@ def test_the_report_prints_every_part_from_the_record(capsys):
         "would have held 16" in out
     assert ("This engine ran at 1.31x vLLM's tokens/s (1.25-1.36) on the same workload (median "
             "of 3 rounds in turns): ahead of vLLM in every round") in out
-    assert "76.5 ms timed alone at load" in out
+    assert ("Its matmuls (oneDNN packed) took 80.0 ms a step inside the engine; the kernel floor "
+            "through F.linear took 72.0 ms, 8.0 ms less") in out
     assert len(task_9_report.insights(hand_result())) == 5      # five bullets at most
 
 
@@ -400,12 +414,12 @@ def test_task_9_on_the_real_model_is_token_identical_to_transformers(lab_run):
     assert t9["vllm"]["block_size"] == settings.BLOCK_SIZE
     assert t9["vllm"]["settings"]["max_num_seqs"] == t9["settings"]["max_batch"] == 16
     # the policies and vLLM took turns, 3 timed rounds each; the ratios' arithmetic:
-    # tests/test_engine.py, by hand
+    # tests/engine/test_engine.py, by hand
     assert [len(p["pass_tokens_per_s"]) for p in t9["policies"].values()] == [3] * 3
     assert len(t9["vllm"]["pass_tokens_per_s"]) == 3
     assert t9["engine_over_vllm_spread"]["num_passes"] == 3
     assert t9["engine_over_vllm_spread"]["low"] <= t9["engine_over_vllm_spread"]["median"] <= \
         t9["engine_over_vllm_spread"]["high"]
     # task 9 ran alone: the lab stopped the server tasks 5-8 shared before it, so its ~2.2 GB
-    # is not charged to task 9 (tests/test_lab.py checks the lab said so)
+    # is not charged to task 9 (tests/lab/test_lab.py checks the lab said so)
     assert lab_run.step(task9.SCRIPT)["peak_processes"] == 1

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from common import kv, settings, steps
-from tests.conftest import (BYTES_PER_TOKEN, QUICK_TOKENS, assert_fits, check_generation,
-                            run_script, saved_result)
+from tests.helpers import (BYTES_PER_TOKEN, QUICK_TOKENS, assert_fits, check_generation, run_script,
+                           saved_result)
 
 
 def test_task_1_on_the_tiny_model(tiny_model):
@@ -43,7 +43,7 @@ def test_task_2_on_the_tiny_model_measures_its_own_baseline(tiny_model):
     assert t2["baseline"]["source"] == "measured now" and t2["baseline"]["tokens_per_s"] > 0
     assert "No matching task 1 result saved" in proc.stdout
     assert t2["speedup"] > 0 and f"vLLM made {t2['speedup']:.1f}x" in proc.stdout   # by hand:
-    # tests/test_reports.py::test_task2_speedup_by_hand
+    # tests/tasks/test_reports.py::test_task2_speedup_by_hand
     # 2 (K,V) x 2 layers x 1 KV head x 64 dims x 4 B = 1,024 B/token
     assert t2["kv_capacity_derived"]["kv_bytes_per_token"] == 1_024
     # 128 MiB / (1,024 B x 16 tokens) = 8,192 blocks of settings.BLOCK_SIZE = 16 (task 4's page);

@@ -1,8 +1,8 @@
 """Tasks 6 and 7 without a server: their records saved and read back whole, the summary's rows,
 and what their figures plot, on results typed in by hand (tests/hand/: the matrix, never the
-pixels). The runs against a real server are in tests/test_server_tasks.py (task 6) and, on the
+pixels). The runs against a real server are in tests/tasks/test_server_tasks.py (task 6) and, on the
 real model, the lab's quick run (task 7's restarts: the last test here); the KEY INSIGHT lines in
-tests/test_reports.py."""
+tests/tasks/test_reports.py."""
 from __future__ import annotations
 
 import pytest
@@ -11,24 +11,19 @@ import task_6_multi_user_load as task6
 import task_7_tuning as task7
 from common import figures, kv, results, settings, steps
 from common.load import LoadLevel
-from tests.conftest import BYTES_PER_TOKEN, QUICK_TOKENS
+from lessons import task_6 as lesson_6
+from lessons import task_7 as lesson_7
+from tests import hand
 from tests.hand.task_6_multi_user_load import SUMMARY_ROW as ROW_6
 from tests.hand.task_6_multi_user_load import record as hand_load
 from tests.hand.task_7_tuning import SUMMARY_ROW as ROW_7
 from tests.hand.task_7_tuning import record as hand_tuning
-
-
-def save_hand_results() -> tuple[task6.MultiUserLoad, task7.Tuning]:
-    """Both saved (stamped with when and where), as the scripts save them (tests/test_figures.py
-    draws the report page from the same records: tests/hand/)."""
-    six, seven = hand_load(), hand_tuning()
-    results.save(task6.SCRIPT, six)
-    results.save(task7.SCRIPT, seven)
-    return six, seven
+from tests.helpers import BYTES_PER_TOKEN, QUICK_TOKENS, save_hand_results
 
 
 def test_the_records_read_back_whole():
-    six, seven = save_hand_results()
+    records = hand.save_all()    # stamped with when and where, as the scripts save them
+    six, seven = records[task6.SCRIPT], records[task7.SCRIPT]
     by_name = steps.by_name()
     assert by_name[task6.SCRIPT].record is task6.MultiUserLoad
     assert by_name[task7.SCRIPT].record is task7.Tuning
@@ -46,16 +41,17 @@ def test_the_records_read_back_whole():
 
 def test_the_summary_rows():
     six, seven = hand_load(), hand_tuning()
-    assert task6.summary_row(six) == ROW_6 == "20 users 80.0 tok/s (4.2x)"
+    assert lesson_6.summary_row(six) == ROW_6 == "20 users 80.0 tok/s (4.2x)"
     six.levels = [LoadLevel(1, 0, 1.0, 0, 0.0, errors=["boom"])]
-    assert task6.summary_row(six) == "no level made a token"
-    assert task7.summary_row(seven) == ROW_7 == \
+    assert lesson_6.summary_row(six) == "no level made a token"
+    assert lesson_7.summary_row(seven) == ROW_7 == \
         "A 72.0 / B 74.0 / C 60.0 tok/s; A, B not told apart; C below B"
 
 
 def test_what_the_load_and_tuning_figures_plot():
-    six, seven = save_hand_results()
-    fig = task6.draw_load_levels(six)
+    res = save_hand_results()    # as the report page draws them: saved and loaded back
+    six, seven = res[task6.SCRIPT], res[task7.SCRIPT]
+    fig = lesson_6.draw_load_levels(six)
     tps, lat, seq = fig.axes
     assert list(tps.lines[0].get_xdata()) == [1, 5, 10, 20]
     assert list(tps.lines[0].get_ydata()) == [13.16, 35.71, 55.56, 80.0]   # 50 x users / s
@@ -64,7 +60,7 @@ def test_what_the_load_and_tuning_figures_plot():
     assert list(lat.lines[1].get_ydata()) == [3.8, 7.0, 9.0, 12.5]          # p95
     assert [b.get_height() for b in seq.patches] == [76.0, 12.5]           # one by one, together
     figures.plt().close(fig)
-    fig = task7.draw_tuning(seven)
+    fig = lesson_7.draw_tuning(seven)
     tps, lat, peak = fig.axes
     assert [b.get_height() for b in tps.patches] == [72.0, 74.0, 60.0]     # median passes
     # the spread of each: the median pass down to the lowest, up to the highest
@@ -85,7 +81,7 @@ def test_a_level_no_request_of_which_succeeded_is_left_out_and_no_sequential_say
     six = hand_load()
     six.levels[1] = LoadLevel(5, 0, 1.0, 0, 0.0, errors=["boom"])
     six.sequential = None
-    fig = task6.draw_load_levels(six)
+    fig = lesson_6.draw_load_levels(six)
     tps, lat, seq = fig.axes
     assert list(tps.lines[0].get_xdata()) == [1, 10, 20]
     assert len(seq.patches) == 0 and "--no-sequential" in seq.texts[0].get_text()

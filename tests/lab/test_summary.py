@@ -12,7 +12,7 @@ import pytest
 
 import summary
 import task_7_tuning as task7
-from common import machine, measure, memory, results, steps
+from common import machine, measure, memory, results, settings, steps
 from common.load import LoadLevel
 from lessons.summary import roofline as rl
 from lessons.task_1 import record as task1
@@ -205,18 +205,26 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
         task6.MultiUserLoad, alone=alone((30.0, 28.0, 31.0), (29.0, 25.0, 33.0)))}
     lines = summary.cross_checks(agree)
     assert len(lines) == 2
-    assert "tok/s agree; its scaling divides by the 1-user level" in lines[0]
-    assert lines[1].endswith("they agree.")
+    # the 1-user level, then the sequential requests; task 2's median pass against the level
+    assert_says(lines[0], "30.0 (28.0-31.0, 3 passes)", "29.0 (25.0-33.0, 20 requests)",
+                "the 1-user level", branch="tok/s agree", not_branch="DISAGREE")
+    assert_says(lines[1], "29.4 (27.8-31.2, 3 passes)", "30.0 (28.0-31.0, 3 passes)",
+                branch="they agree", not_branch=("DISAGREE", "the slower", "the faster"))
     # the outlier of the AMX Xeon's run: a 1-user level at half the speed of its twin
     apart = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
         task6.MultiUserLoad, alone=alone((14.7, 14.0, 15.0), (34.0, 33.0, 35.0)))}
     lines = summary.cross_checks(apart)
-    assert "tok/s DISAGREE" in lines[0]
-    assert "they DISAGREE, by 2.00x: the server's request was the slower" in lines[1]  # 29.4 / 14.7
+    assert_says(lines[0], "14.7 (14.0-15.0, 3 passes)", "34.0 (33.0-35.0, 20 requests)",
+                branch="tok/s DISAGREE", not_branch="tok/s agree")
+    assert_says(lines[1], "29.4", "14.7", "2.00x",                              # 29.4 / 14.7
+                branch=("they DISAGREE", "request was the slower"),
+                not_branch=("they agree", "request was the faster"))
     faster = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
         task6.MultiUserLoad, alone=alone((40.0, 39.0, 41.0), None))}
-    assert "by 0.74x: the server's request was the faster; why was not measured." in \
-        summary.cross_checks(faster)[0]                                             # 29.4 / 40
+    (line,) = summary.cross_checks(faster)               # no sequential requests: no first line
+    assert_says(line, "29.4", "40.0", "0.74x",                                  # 29.4 / 40
+                branch=("they DISAGREE", "request was the faster"),
+                not_branch=("they agree", "request was the slower"))
     # task 9's ratio (its rounds in turns) against task 13's on the same workload
     nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3),
                            vllm=SimpleNamespace(tokens_per_s=300.0),
@@ -227,16 +235,17 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
         return summary.cross_checks({"task_9_build_your_own_engine": nine,
                                      "task_13_compiled_step": SimpleNamespace(
                                          over_vllm=lambda mode: ratio, vllm={"eager": eager})})
-    (inside,) = with_13(1.42)
-    assert "task 9 1.46x (1.40-1.50, 3 rounds)" in inside and "1.42x" in inside
-    assert inside.endswith("inside task 9's range.")
-    assert with_13(1.30)[0].endswith("within the machine's drift of each other.")  # 1.46 / 1.30
-    far = with_13(1.04)[0]                                                          # 1.40x
+    inside, near, apart = "inside task 9's range", "within the machine's drift", "more apart"
+    (line,) = with_13(1.42)
+    assert_says(line, "task 9 1.46x (1.40-1.50, 3 rounds)", "task 13 1.42x", branch=inside,
+                not_branch=(near, apart, "vLLM made"))
+    (line,) = with_13(1.30)                                      # 1.46 / 1.30 = 1.12: drift
+    assert_says(line, "1.46x", "1.30x", branch=near, not_branch=(inside, apart, "vLLM made"))
+    (far,) = with_13(1.04)                                       # 1.46 / 1.04 = 1.40: apart
     # vLLM 300.0 in task 9's process, 420.0 in its own: 1.40x; mini_engine 438.0 and 436.8
-    assert "1.04x" in far and "more apart than the machine's drift" in far
-    assert "vLLM made 300.0 tok/s in task 9, in mini_engine's process, and 420.0 in task 13, " \
-           "in a process of its own (1.40x); mini_engine 438.0 and 436.8 (1.00x)" in far
-    assert far.endswith("task 13's sets mini_engine against vLLM as its server runs it.")
+    assert_says(far, "1.46x", "1.04x", "300.0 tok/s in task 9", "420.0 in task 13", "(1.40x)",
+                "438.0", "436.8", "(1.00x)", branch=(apart, "vLLM made"),
+                not_branch=(inside, near))
     assert summary.cross_checks({}) == []                         # nothing ran: no line
 
 
@@ -256,6 +265,17 @@ def test_the_servers_one_user_step_is_task_6s_baseline():
     assert (one.tokens_per_s, one.step_ms) == (14.7, 68.0)
 
 
+# summary.front_text's two branches: the client's step the longer, or the core's
+ADDED, NOTHING_ADDED = "streaming and HTTP added", "the front added nothing measurable"
+
+
+def split_lines(out: str) -> tuple[str, str]:
+    """print_server_split's two lines, 1 user then 20 users, from its output (whitespace
+    folded)."""
+    _, one_user, users_20 = re.split(r"\b1 user: |\b20 users: ", out)
+    return one_user, users_20
+
+
 def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     """Task 6 read vLLM's inter-token latency around each level: the engine core's own step,
     and the client's TPOT beside it; the difference is the API server, streaming and HTTP."""
@@ -269,20 +289,28 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     placement = rl.place([one, twenty], machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36)
     summary.print_server_split(placement)
     out = " ".join(capsys.readouterr().out.split())
-    # 29.0 - 25.0 = 4.0 ms, 16% of 25.0; 64.0 - 60.0 = 4.0 ms, 7% of 60.0
-    assert "1 user: the engine core's own step 25.0 ms, the client's 29.0 ms a token: the " \
-           "API server, streaming and HTTP added 4.0 ms a token (16%)" in out
-    assert "20 users: the engine core's own step 60.0 ms, the client's 64.0 ms a token" in out
-    assert "4.0 ms a token (7%)" in out and "in the time to first token" in out
+    assert "in the time to first token" in out
+    # core's step, client's, what the front added: 29.0 - 25.0 = 4.0 ms, 16% of 25.0;
+    # 64.0 - 60.0 = 4.0 ms, 7% of 60.0
+    one_user, users_20 = split_lines(out)
+    assert_says(one_user, "25.0 ms", "29.0 ms", "4.0 ms", "(16%)", branch=ADDED,
+                not_branch=NOTHING_ADDED)
+    assert_says(users_20, "60.0 ms", "64.0 ms", "4.0 ms", "(7%)", branch=ADDED,
+                not_branch=NOTHING_ADDED)
     top.engine_itl_s = 0.06402                              # within a tenth: 0.0, never -0.0
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
-    assert "added 0.0 ms a token (0%)" in " ".join(capsys.readouterr().out.split())
+    _, users_20 = split_lines(" ".join(capsys.readouterr().out.split()))
+    assert_says(users_20, "64.0 ms", "64.0 ms", "added 0.0 ms", "(0%)", branch=ADDED,
+                not_branch=(NOTHING_ADDED, "-0.0"))
     top.engine_itl_s = 0.0652                               # the core's gaps the longer
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     out = " ".join(capsys.readouterr().out.split())
-    assert "the client's was 1.2 ms shorter, so the front added nothing measurable" in out
+    one_user, users_20 = split_lines(out)
+    assert_says(one_user, "25.0 ms", "29.0 ms", "4.0 ms", branch=ADDED, not_branch=NOTHING_ADDED)
+    assert_says(users_20, "65.2 ms", "64.0 ms", "1.2 ms shorter", branch=NOTHING_ADDED,
+                not_branch=ADDED)                               # 65.2 - 64.0, never "added -1.2"
     assert "added -" not in out
     top.engine_itl_s = six.alone.engine_itl_s = None        # an external server: no /metrics
     summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
@@ -294,15 +322,20 @@ def test_a_batch_step_shorter_than_one_requests_is_called_suspect(capsys):
     """A step of 20 cannot take less time than a step of 1 on the same server: the roofline's
     text says the 1-user figure is suspect instead of dividing by it."""
     cost = machine.model_cost(SMOLLM, "bfloat16", 2)
-    for tpot_20, says, not_says in ((0.1, "took 68 ms for 1 request and 100 ms for 20",
-                                     "suspect"),
-                                    (0.05, "1-user step (68 ms) came out longer than its 20-user "
-                                     "step (50 ms): the 1-user figure is suspect", "took 68 ms")):
+    suspect = "the 1-user figure is suspect"
+
+    def server_step(tpot_20: float) -> str:
+        """print_roofline's text from the server's step on: 1 user at 68 ms, 20 at tpot_20."""
         measured = steps_of((15.0, 3.3, 50), (28.0, 1.8, 50),
                             [level(1, 14.7, 0.068), level(20, 300.0, tpot_20)])
         summary.print_roofline(rl.place(measured, cost, MACHINE, context=36), "given")
-        out = " ".join(capsys.readouterr().out.split())
-        assert says in out and not_says not in out
+        return " ".join(capsys.readouterr().out.split()).partition("Here the server's")[2]
+
+    # 1 user 14.7 tok/s at 68 ms, 20 users 300.0 tok/s at 100 ms: 20.4x the tok/s, 1.5x the time
+    assert_says(server_step(0.1), "68 ms", "1 request", "100 ms", "20", "20.4x", "1.5x",
+                branch="step took", not_branch="suspect")
+    assert_says(server_step(0.05), "(68 ms)", "20-user", "(50 ms)", branch=suspect,
+                not_branch=("step took", "the tokens/s for"))
 
 
 def test_the_summarys_insight_is_chosen_by_the_runs_figures():
@@ -324,30 +357,43 @@ def test_the_summarys_insight_is_chosen_by_the_runs_figures():
     assert_says(batch, "9.5x", "9.3x", branch="unlike the source", not_branch="as in the source")
     assert_says(paging, "19 requests in pages against 19", branch="no more requests",
                 not_branch="lets the batch grow")
-    assert summary.insights({}) == ["Run the tasks (make lab) for the figures this summary "
-                                    "compares"]
+    (nothing_ran,) = summary.insights({})                    # no step's figures: one line
+    assert_says(nothing_ran, branch="Run the tasks", not_branch=("users at once", "KV memory"))
+
+
+# summary.explain_rungs' three branches: the larger gap is the library's, or the rest of the
+# step's; or the step beat its floor
+LIBRARY = "is the matmul library"
+ENGINE = "is the rest of the step, beyond the model's matmuls"
+FASTER = "ran faster than the floor"
+
+
+def parts(text: str, *starts: str) -> list[str]:
+    """text cut where each of starts begins, in that order (a start out of order leaves its part
+    empty)."""
+    at = [text.find(start) for start in starts] + [len(text)]
+    assert -1 not in at, f"{starts} not all in {text!r}"
+    return [text[a:b] for a, b in zip(at, at[1:])]
 
 
 def test_the_explanation_is_chosen_by_the_larger_gap():
     library = rl.attribute_step(20.0, 73.0, 85.0, "vLLM, 1 request")
     engine = rl.attribute_step(20.0, 30.0, 85.0, "HF, 1 request")
     text = summary.explain_rungs([library])
-    assert text.startswith("vLLM, 1 request: most of the time below the ceiling is the matmul "
-                           "library.")
-    assert "the rest of the step, beyond the model's matmuls" not in text
+    assert_says(text, "vLLM, 1 request:", branch=LIBRARY, not_branch=(ENGINE, FASTER))
     text = summary.explain_rungs([engine])
-    assert text.startswith("HF, 1 request: most of the time below the ceiling is the rest of "
-                           "the step, beyond the model's matmuls alone")
     # what the rest is was not measured: the text names it as not timed apart, never as the cause
-    assert "was not timed apart here" in text and "matmul library" not in text
+    assert_says(text, "HF, 1 request:", branch=(ENGINE, "was not timed apart here"),
+                not_branch=(LIBRARY, FASTER))
     both = summary.explain_rungs([library, engine])
-    assert "vLLM, 1 request: most of the time below the ceiling is the matmul library" in both
-    assert "HF, 1 request: most of the time below the ceiling is the rest of the step" in both
+    vllm, hf = parts(both, "vLLM, 1 request:", "HF, 1 request:")
+    assert_says(vllm, "vLLM, 1 request:", branch=LIBRARY, not_branch=(ENGINE, FASTER))
+    assert_says(hf, "HF, 1 request:", branch=ENGINE, not_branch=(LIBRARY, FASTER))
     faster = rl.attribute_step(50.0, 180.0, 170.0, "server, 20 users")
     text = summary.explain_rungs([faster])
     # a floor the engine beats is no floor: no split, and no gap explained for that step
-    assert "server, 20 users ran faster than the floor" in text and "is not split" in text
-    assert "most of the time below the ceiling" not in text
+    assert_says(text, "server, 20 users", branch=(FASTER, "is not split"),
+                not_branch=(LIBRARY, ENGINE, "most of the time below the ceiling"))
     assert summary.gaps(faster) == ("-", "-")
     assert summary.gaps(engine) == ("10 (12%)", "55 (65%)")       # 10 / 85, 55 / 85
 
@@ -401,10 +447,16 @@ def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
     out = " ".join(proc.stdout.split())
     assert "WHERE EACH STEP'S TIME GOES" in out
     assert re.search(r"server, 20 users +14\.3 +60\.0 +100\.0 +46 \(46%\) +40 \(40%\)", out)
-    assert "vLLM, 1 request and server, 20 users: most of the time below the ceiling is " \
-           "the matmul library" in out
-    assert "HF, 1 request and server, 1 user: most of the time below the ceiling is the " \
-           "rest of the step" in out
+    # the explanation of the rungs read back, as printed: vLLM and the 20 users' library gaps
+    # are the larger (16.5 of 34 ms, 46 of 100), HF's and the 1 user's engine gaps (20 of 50)
+    text = summary.explain_rungs(back.roofline.rungs)
+    assert text in out
+    library, engine = parts(text, "vLLM, 1 request and server, 20 users:",
+                            "HF, 1 request and server, 1 user:")
+    assert_says(library, "vLLM, 1 request and server, 20 users:", branch=LIBRARY,
+                not_branch=(ENGINE, FASTER))
+    assert_says(engine, "HF, 1 request and server, 1 user:", branch=ENGINE,
+                not_branch=(LIBRARY, FASTER))
 
 
 # --- the summary table from saved results -----------------------------------------------------
@@ -474,15 +526,47 @@ def test_summary_rows_from_saved_results():
             else f"not run yet: python {step.script}"))
         for step in steps.STEPS]
     assert rows[5] == ("5", "OpenAI-compatible server", "not run yet: python task_5_api_server.py")
-    assert "Model, dtype:                     SmolLM2-135M-Instruct, bfloat16" in proc.stdout
-    assert "Cores (threads):                  2 (this machine)" not in proc.stdout
-    assert "Cores (threads):                  7\nCPU:                              Test CPU" \
-        in proc.stdout                              # the machine the lab ran on, from its results
+    assert_says(row_of(proc.stdout, "Model, dtype"), "SmolLM2-135M-Instruct", "bfloat16")
+    # the machine the lab ran on, from its results (the other way: test_the_machine_is_...)
+    assert_says(row_of(proc.stdout, "Cores (threads)"), "7", not_branch="this machine")
+    assert_says(row_of(proc.stdout, "CPU"), "Test CPU", not_branch="this machine")
     assert "Measured:" in proc.stdout
-    assert "Single request: 1.3x (source 1.1x). Concurrent requests: 9.8x (source 12.6x)." \
-        in " ".join(proc.stdout.split())
+    # task 2's speedup 1.33 and task 6's scaling 9.82 beside the source's
+    note = " ".join(proc.stdout.split()).partition("Single request:")[2]
+    assert_says(note, "1.3x", "(source 1.1x)", "Concurrent requests: 9.8x", "(source 12.6x)")
     assert_fits(proc.stdout)
     assert "NOTE" not in proc.stdout
+
+
+def row_of(out: str, label: str) -> str:
+    """The value of the report's row label in out, its wrapped lines (indented) joined."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{label}:"))
+    value = [lines[at].removeprefix(f"{label}:")]
+    for line in lines[at + 1:]:
+        if not line.startswith("    "):
+            break
+        value.append(line)
+    return " ".join(part.strip() for part in value if part.strip())
+
+
+def test_the_machine_is_the_labs_where_it_was_saved_else_this_ones(capsys):
+    """print_what_ran's two ways: the machine verify_environment saved, the one the lab ran on;
+    without that result, the machine printing the summary, said so."""
+    check = hand.fill(verify_environment.EnvironmentCheck, machine=hand.fill(
+        verify_environment.LabMachine, cores=7, cpu="Test CPU"))
+    record = summary.Summary()
+    summary.print_what_ran({"verify_environment": check}, record)
+    out = capsys.readouterr().out
+    assert_says(row_of(out, "Cores (threads)"), "7", not_branch="this machine")
+    assert_says(row_of(out, "CPU"), "Test CPU", not_branch="this machine")
+    assert record.cores == 7
+    summary.print_what_ran({}, record)
+    out = capsys.readouterr().out
+    assert_says(row_of(out, "Cores (threads)"), str(settings.num_cores()),
+                branch="(this machine)")
+    assert_says(row_of(out, "CPU"), settings.cpu_model_name(), branch="(this machine)")
+    assert record.cores == settings.num_cores()
 
 
 def test_an_older_or_broken_result_says_to_run_its_task_again():
@@ -538,14 +622,22 @@ def test_roofline_is_placed_with_the_saved_machine_figures(tmp_path):
     assert_fits(proc.stdout)
     out = " ".join(proc.stdout.split())   # the report wraps long values at 65 columns
     assert "on learner-vm" in out
-    assert "1-request ceiling (tok/s): 74.1 = bandwidth / bytes per token" in out
-    assert "Compute ceiling (tok/s): 3,684 = bfloat16 matmul" in out
+    # 20 GB/s / 269,860,608 B; 1 TFLOP/s / 271,448,064 FLOPs (test_ceilings_on_given_inputs)
+    assert_says(out.partition("1-request ceiling (tok/s):")[2], "74.1")
+    assert_says(out.partition("Compute ceiling (tok/s):")[2], "3,684", "bfloat16")
     assert "vLLM, 1 request: 27.96 tok/s" not in out
     assert "  vLLM, 1 request:                28.0 tok/s = 38% of the" in proc.stdout
-    assert "vLLM, 1 request: 28.0 tok/s = 38% of the bandwidth ceiling" in out
-    assert "server, 20 users: 200.0 tok/s = 5.4% of the compute ceiling" in out
+    # one request against the bandwidth ceiling (28.0 / 74.1), a batch against the compute
+    # ceiling (200.0 / 3,684)
+    one = re.search(r"vLLM, 1 request: [^:]* ceiling", out).group()
+    assert_says(one, "28.0 tok/s", "38%", branch="bandwidth ceiling", not_branch="compute")
+    batch = re.search(r"server, 20 users: [^:]* ceiling", out).group()
+    assert_says(batch, "200.0 tok/s", "5.4%", branch="compute ceiling", not_branch="bandwidth")
     # the server's measured step: 50 ms for 1 request, 100 ms for 20 (10x the tok/s, 2x the time)
-    assert "took 50 ms for 1 request and 100 ms for 20: 10.0x the tokens/s for 2.0x" in out
+    # (the other way, a 20-user step the shorter: test_a_batch_step_shorter_than_...)
+    server = out.partition("Here the server's")[2]
+    assert_says(server, "50 ms", "1 request", "100 ms", "20", "10.0x", "2.0x", branch="step took",
+                not_branch="suspect")
 
 
 def test_summary_flags_steps_that_ran_another_model():

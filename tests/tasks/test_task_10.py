@@ -6,10 +6,13 @@ bad flags. Counts of tokens and pages are asserted, worked out by
 hand; never times."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 import task_10_prefix_caching as task10
 from common import figures, results, settings, steps
+from common.report import LABEL_WIDTH
 from common.measure import Spread
 from lessons.task_10 import report as task_10_report
 from lessons.task_10 import FIGURES
@@ -84,8 +87,7 @@ def test_the_figure_has_a_title_axes_with_units_and_a_caption():
     res = step.load()
     assert [suffix for suffix, _ in step.figures] == [""]
     fig = step.figures[0][1](res)
-    assert fig.get_suptitle() == ("Task 10: requests with the same system prompt point at the "
-                                  "same pages")
+    assert fig.get_suptitle().startswith("Task 10: ")            # the task it belongs to
     caption = fig.get_supxlabel()
     assert "bfloat16" in caption and "cores" in caption and "SmolLM2-135M-Instruct" in caption
     assert res.measured_at[:10] in caption and settings.cpu_model_name() in caption
@@ -169,8 +171,9 @@ def test_passes_in_turns_decide_whether_the_control_gap_is_noise():
     chat_off, chat_on = record.mini_engine
     chat_off.ttft_spread, chat_on.ttft_spread = Spread(2.22, 2.1, 2.4, 3), Spread(1.05, 1.0,
                                                                                   1.2, 3)
-    assert summary_row(record) == ("hit 74%, TTFT 2.22 (2.10-2.40) -> 1.05 (1.00-1.20) s, "
-                                   "vLLM hit 74%")
+    # each TTFT with its range (its passes'), where one pass shows none (test_the_summary_row)
+    assert_says(summary_row(record), "hit 74%", "2.22 (2.10-2.40) -> 1.05 (1.00-1.20) s",
+                "vLLM hit 74%")
 
 
 def test_the_report_from_the_record(capsys):
@@ -186,11 +189,18 @@ def test_the_report_from_the_record(capsys):
         """The last two cells of the table row label: cache off, cache on."""
         return next(line for line in lines if line.startswith(label + "  ")).split()[-2:]
 
-    assert "32/32 requests identical, every token (2,480 of 3,364 prompt tokens" in text
+    def row(label: str) -> str:
+        """The value of the report's row label, its wrapped lines (under the value) joined."""
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{label}:"))
+        wrapped = itertools.takewhile(lambda line: line.startswith(" " * LABEL_WIDTH),
+                                      lines[at + 1:])
+        return " ".join(line[LABEL_WIDTH:].strip() for line in (lines[at], *wrapped))
+
+    assert_says(row("Cache on vs off"), "32/32 requests", "2,480 of 3,364 prompt tokens")
     assert "3/3 identical (the first requests, cache on)" in text
     assert "0* 1* 2* 3* 4* 5 6" in out and "0* 1* 2* 3* 4* 11 12" in out
-    assert "page 0: 16, page 1: 16, page 2: 16, page 3: 16, page 4: 16" in text
-    assert "37 for 16 running requests, 112 if each held its own" in text
+    assert_says(row("Ref counts (* shared)"), *(f"page {p}: 16," for p in range(4)), "page 4: 16")
+    assert_says(row("Pages held then"), "37", "16 running", "112")   # shared; if each its own
     assert "53 with the cache, 128 without" in text
     for header in ("Chat workload", "Control (no page shared)", "Streamed, all at once"):
         line = next(line for line in lines if line.startswith(header))
@@ -206,16 +216,16 @@ def test_the_report_from_the_record(capsys):
     vllm = lines[next(i for i, line in enumerate(lines) if line.startswith("Streamed")):]
     assert next(line for line in vllm if line.startswith("TTFT mean")).split()[-2:] == \
         ["2.15", "1.02"]
-    # 5 whole blocks of 16: at most 31 x 80 = 2,480 of 3,364 (73.7%)
-    assert "at most 31 x 80 = 2,480 of 3,364 prompt tokens can hit (73.7%)" in text
-    assert "first request 0 of 106; request 2 80 of 103; first request again 96 of 106" in text
-    assert ("The cache changed no token in fp32 (32/32 identical); in bfloat16 31/32 matched, "
-            "so the difference is rounding") in text
-    assert "cut the prompt tokens computed by 74%" in text   # 1 - 884 / 3,364
-    assert "TTFT mean 2.22 -> 1.05 s, 1.56x tokens/s" in text   # 3.9 s against 2.5 s
-    assert "Pages held at the peak: 53 with sharing, 128 without" in text
-    assert "vLLM found 74% of the prompt tokens in its cache: TTFT mean 2.15 -> 1.02 s, " \
-           "1.54x tokens/s" in text                          # 4.0 s against 2.6 for 512 tokens
+    # 90 shared tokens, 5 whole blocks of 16: at most 31 x 80 = 2,480 of 3,364 (73.7%)
+    assert_says(text.partition("Why under 100%")[2], "90 tokens", "5 whole blocks of 16",
+                "31 x 80 = 2,480 of 3,364", "(73.7%)")
+    assert_says(text.partition("num_cached_tokens:")[2], "first request 0 of 106",
+                "request 2 80 of 103", "first request again 96 of 106")
+    # the KEY INSIGHT lines, each printed whole (what they say: the two insight tests above)
+    insights = task_10_report.insights(hand_result())
+    assert len(insights) == 5
+    for line in insights:
+        assert line in text
 
 
 def test_the_chat_workload_shares_its_system_prompt(tiny_model):

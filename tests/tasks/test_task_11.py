@@ -58,14 +58,17 @@ def test_the_summary_row():
     assert steps.by_name()[task11.SCRIPT].row(record) == row
     # vLLM's documents sooner when chunked: 0.55 s (0.50-0.60) against 0.95 (0.90-1.05), -42%
     record.vllm[4].passes.mean_long_ttft_s = Spread(0.55, 0.50, 0.60, 3)
-    assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT -42%)"
+    assert_says(summary_row(record), "stall -87%", "TTFT +40%", "vLLM stall -91%", "TTFT -42%",
+                not_branch="not told apart")
     # 0.98 s (0.92-1.10) against 0.95 (0.90-1.05): the spreads overlap, no change is claimed
     record.vllm[4].passes.mean_long_ttft_s = Spread(0.98, 0.92, 1.10, 3)
-    assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT not told apart)"
-    # one pass of each: the percentages of the two runs, as measured
+    assert_says(summary_row(record), "stall -87%", "TTFT +40%", "vLLM stall -91%",
+                "TTFT not told apart", not_branch="TTFT +3%")               # 0.98 / 0.95
+    # one pass of each: the percentages of the two runs, as measured, never "not told apart"
     for run in [*record.mini_engine, *record.vllm]:
         run.passes = None
-    assert summary_row(record) == "stall -87%, TTFT +40% (vLLM stall -91%, TTFT +47%)"
+    assert_says(summary_row(record), "stall -87%", "TTFT +40%", "vLLM stall -91%", "TTFT +47%",
+                not_branch="not told apart")
     record.vllm = None                                   # --no-vllm
     assert summary_row(record) == "stall -87%, TTFT +40%"
     record.vllm = [hand_server(None)]                    # no chunked vLLM run: no figure of it
@@ -150,8 +153,9 @@ def test_a_change_the_passes_cannot_tell_apart_is_not_claimed():
                 branch=("spreads cannot tell it apart", "TTFT cannot be told apart"),
                 not_branch=("cut the chats' longest stall", "did not shorten", "x shorter",
                             "cost the long documents"))
-    assert summary_row(record) == ("stall not told apart, TTFT not told apart (vLLM stall "
-                                   "-91%, TTFT +47%)")
+    assert_says(summary_row(record), "stall not told apart", "TTFT not told apart",
+                "vLLM stall -91%", "TTFT +47%",
+                not_branch=("stall +3%", "TTFT +3%"))          # 1.2 / 1.165, 1.25 / 1.21: +3%
 
 
 def test_the_report_from_the_record(capsys):
@@ -165,7 +169,8 @@ def test_the_report_from_the_record(capsys):
         start = next(i for i, line in enumerate(lines) if part in line)
         return next(line for line in lines[start:] if line.startswith(label + "  ")).split()[-5:]
 
-    assert "Budget 64 vs no chunking:         6/6 requests identical, every" in out
+    budget_64 = next(line for line in lines if line.startswith("Budget 64 vs no chunking:"))
+    assert_says(budget_64, "6/6 requests identical")
     for part in ("2. MEASURED", "3. vLLM"):
         header = lines[next(i for i, line in enumerate(lines) if part in line) + 1]
         assert header.split()[-5:] == ["off", "512", "256", "128", "64"], header
@@ -210,8 +215,7 @@ def test_what_the_figure_plots():
     assert off_steps.get_ylabel() == "tokens computed" and off_steps.get_xlabel() == "engine step"
     assert off_times.get_xlabel() == "time since the first step (s)"
     assert_figure_reads_well(fig, steps.by_name()[task11.SCRIPT].load(), "task 11")
-    assert fig.get_suptitle() == ("Task 11: the long prompts' prefill in one step, or in chunks "
-                                  "of the step's budget")
+    assert fig.get_suptitle().startswith("Task 11: ")            # the task it belongs to
     figures.plt().close(fig)
     drawn = figures.draw(task11.SCRIPT, record, FIGURES)
     assert [(path.name, why) for path, why in drawn] == [(f"{task11.SCRIPT}.png", None)]
@@ -290,8 +294,8 @@ def test_task_11_on_the_tiny_model(tiny_model, capsys):
     # no chunking and the smallest budget in 3 passes, taking turns; the budgets between once
     assert [r.passes.max_itl_s.num_passes if r.passes else 1 for r in record.mini_engine] == \
         [3, 1, 1, 3]
-    assert "no chunking and budget 16: the median pass by the longest stall, of 3 taking" in \
-        " ".join(out.split())
+    note = " ".join(out.split()).partition("no chunking and budget 16:")[2]
+    assert_says(note, "the median pass", "of 3")       # the runs named: those of 3 passes
     res = steps.by_name()[task11.SCRIPT].load()
     assert res == record
     assert summary_row(res).startswith("stall ") and "vLLM" not in summary_row(res)

@@ -24,8 +24,8 @@ import pytest
 from common import metrics, results, server, settings
 from lessons.task_8 import monitor
 from lessons.task_8 import report as task_8_report
-from tests.helpers import (REPO, PipeReader, assert_fits, chromium, processes_on_port, run_script,
-                           saved_result)
+from tests.helpers import (REPO, PipeReader, assert_fits, assert_says, chromium,
+                           processes_on_port, run_script, saved_result)
 
 DATA = REPO / "tests" / "data"     # /metrics texts captured from the real lab server
 BEFORE, BUSY, AFTER = ((DATA / f"metrics_{n}.txt").read_text() for n in ("before", "busy", "after"))
@@ -77,13 +77,25 @@ def test_cache_config_labels_are_the_engines():
 
 def test_kv_capacity_is_described_without_a_false_equation():
     a = metrics.info_labels(AFTER, "vllm:cache_config_info")
-    assert task_8_report.describe_cache(a) == (
-        "45 blocks of 128 tokens; engine: 5,760 tokens, 45.00x requests at max_model_len")
+    # the blocks and the engine's own tokens, each as the labels give it, never one derived
+    # from the other (45 x 128 = 5,760 here, by chance)
+    assert_says(task_8_report.describe_cache(a), "45 blocks of 128 tokens", "5,760 tokens",
+                "45.00x")
     # task 7's config B (max_model_len 64): the same 45 blocks, 2,880 tokens, 45 requests
     b = a | {"kv_cache_size_tokens": "2880"}
-    assert task_8_report.describe_cache(b) == (
-        "45 blocks of 128 tokens; engine: 2,880 tokens, 45.00x requests at max_model_len")
+    assert_says(task_8_report.describe_cache(b), "45 blocks of 128 tokens", "2,880 tokens",
+                "45.00x", not_branch="5,760")
+    # a part whose labels are missing is left out, not printed as None
+    assert_says(task_8_report.describe_cache(a | {"num_gpu_blocks": "None"}), "5,760 tokens",
+                not_branch="blocks of")
     assert task_8_report.describe_cache({}) == ""
+
+
+def test_the_hit_rate_says_when_no_prompt_was_looked_up():
+    assert_says(task_8_report._hit_rate(0.25, 128), "25.0", "(of 128 prompt tokens)",
+                not_branch="no prompt looked up")
+    assert_says(task_8_report._hit_rate(None, 0), branch="no prompt looked up",
+                not_branch="prompt tokens)")
 
 
 def test_kv_usage_missing_or_under_its_older_name():
@@ -129,7 +141,9 @@ def test_the_record_reads_back_typed_and_gives_the_summary_row():
         "http://127.0.0.1:8000", "reused", "max_num_seqs=8", {"block_size": "16"})
     assert back.header.dtype == "float32" and isinstance(back.snapshot.num_running, int)
     # the summary's cell, as common/steps.py wrote it before the record moved here
-    assert task8.summary_row(back) == "20 sent: 12 running, 0 waiting, 176.7 tok/s, KV 27%"
+    # the load's 20, the snapshot's 12 and 0, 265 tokens in 1.5 s, KV 27.3% to none
+    assert_says(task8.summary_row(back), "20 sent", "12 running", "0 waiting", "176.7 tok/s",
+                "KV 27%")
     bare = dataclasses.replace(back, load=None, last_interval=None,
                                snapshot=dataclasses.replace(snapshot, kv_usage_fraction=None))
     assert task8.summary_row(bare) == "12 running, 0 waiting"
@@ -177,8 +191,8 @@ def test_monitor_follows_the_server_down_and_back():
         assert p.tokens_per_s > 0 and p.mean_ttft_s == (2.0723021030426025 - 0.1169729232788086) / 12
         endpoint.close()
         watcher.poll()
-        assert watcher.status().startswith(f"Server DOWN: http://127.0.0.1:{port}/metrics is not "
-                                           f"answering (ConnectionError)")
+        assert_says(watcher.status(), f"http://127.0.0.1:{port}/metrics", "(ConnectionError)",
+                    branch="Server DOWN", not_branch=("Server UP", "Connecting"))
         assert watcher.latest() == p                      # the history stays on the page
         endpoint = MetricsEndpoint(port)                   # back, restarted: counters from 0
         watcher.poll()
@@ -242,14 +256,15 @@ def test_once_prints_and_saves_a_snapshot(slow_server):
     out = " ".join(proc.stdout.split())
     assert "already running" in out and "left running on exit" in out
     # the insight says what the idle snapshot shows, not a claim about a batch it did not see
-    assert "The server was idle at the snapshot (0 requests running)" in out
-    assert "caps the batch" not in out and "capped the batch" not in out
+    assert_says(out, "(0 requests running)", branch="was idle at the snapshot",
+                not_branch=("one batch", "caps the batch", "capped the batch"))
     # vLLM's prefix cache looked up every prompt token of the 3 requests and found none: their
     # prompts ("User 1: ...", "User 2: ...") part ways within the first block of 16 tokens
     prompt_tokens = sum(req.prompt_tokens for req in level.requests)
     assert (r["snapshot"]["num_prefix_query_tokens"], r["snapshot"]["num_prefix_hit_tokens"]) == \
         (prompt_tokens, 0)
-    assert f"Prefix-cache hit rate since start (%): 0.0 (of {prompt_tokens} prompt tokens)" in out
+    assert_says(out.partition("Prefix-cache hit rate since start (%):")[2], "0.0",
+                f"(of {prompt_tokens} prompt tokens)")
 
 
 @pytest.mark.engine
@@ -269,7 +284,8 @@ def test_once_under_load_sees_the_batch(slow_server):
         "num_requests": 20, "num_succeeded": 20, "num_failed": 0, "max_tokens": 100,
         "num_output_tokens": 2_000, "num_prompt_tokens": 0, "duration_s": 0, "errors": []}
     out = " ".join(proc.stdout.split())
-    assert f"max_num_seqs=2 capped the batch: 2 ran, {r['snapshot']['num_waiting']} waited" in out
+    assert_says(out, "max_num_seqs=2", "2 ran", f"{r['snapshot']['num_waiting']} waited",
+                branch="capped the batch", not_branch=("the memory capped", "None waited"))
     assert "2 requests ran as one batch at" in out
 
 
@@ -291,9 +307,8 @@ def test_once_under_load_counts_the_prompts_of_its_load(slow_server):
                      after.prefix_hits - before.prefix_hits)
     assert queried > 0
     out = " ".join(proc.stdout.split())
-    assert f"Prefix-cache hit rate (%): {100 * hits / queried:.1f} (of {queried:,.0f} prompt " \
-           f"tokens)" in out
-    assert "no prompt looked up" not in out
+    assert_says(out.partition("Prefix-cache hit rate (%):")[2], f"{100 * hits / queried:.1f}",
+                f"(of {queried:,.0f} prompt tokens)", not_branch="no prompt looked up")
     r = saved_result("task_8_dashboard")
     interval = r["last_interval"]
     assert (interval["num_prefix_query_tokens"], interval["num_prefix_hit_tokens"]) == \
@@ -520,7 +535,8 @@ def test_dashboard_in_a_real_browser(tiny_model, tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert proc.returncode == 0, "".join(out)[-3000:]
-    assert f"Stopped the vLLM server this run started on :{port}." in "".join(out)
+    assert_says("".join(out), f":{port}", branch="Stopped the vLLM server",
+                not_branch="had already stopped")
     assert processes_on_port(port) == [] and processes_on_port(dashboard_port) == []
 
 

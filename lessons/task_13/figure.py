@@ -1,5 +1,6 @@
 """Task 13's figure (task_13_compiled_step.py draws it after saving). Left, mini_engine: a decode
-step's time at batch 1 and at the cap, eager and compiled, each bar split into its measured parts
+step's time at batch 1 and at the cap, in plain torch, with its C kernels (eager) and compiled,
+each bar split into its measured parts
 (the matmuls, attention, the rest of the forward, sampling and scheduling), with the two floors as
 lines: one read of the weights at the measured bandwidth, and the model's matmuls timed alone.
 Right, vLLM, eager (the source's) and compiled: a step's time as its tokens/s give it (requests /
@@ -7,7 +8,7 @@ tokens per second: vLLM's phases are not timed from outside), at 1 request and a
 same floors drawn. A bar under the matmuls-alone line gets a note under its panel (floor_note):
 that engine's own kernels beat F.linear there, so the line is no floor for it. Last, part 4: a
 decode step's attention against the context, both engines at 1 request and at the cap
-(mini_engine also in one padded call). A pure function of the saved record
+(mini_engine's C and its torch way). A pure function of the saved record
 (lessons/task_13/record.py), read by attribute."""
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def floor_note(engine: str, beaten: list[str]) -> str | None:
 
 
 def engine_panel(ax, res) -> None:
-    modes = [("eager", res.eager)] + ([("compiled", res.compiled)] if res.compiled else [])
+    modes = (([("torch", res.torch)] if res.torch else []) + [("eager", res.eager)]
+             + ([("compiled", res.compiled)] if res.compiled else []))
     xs_by_batch, labels, x, bars = {}, [], 0, []
     for batch in sorted(res.eager.phases):
         for name, mode in modes:
@@ -67,8 +69,9 @@ def engine_panel(ax, res) -> None:
             x += 1
         x += 0.5
     floors(ax, res, xs_by_batch)
-    ax.set_xticks([x for xs in xs_by_batch.values() for x in xs], labels)
+    ax.set_xticks([x for xs in xs_by_batch.values() for x in xs], labels, fontsize=8)
     ax.set_xlabel(floor_note("mini_engine", under_floor(bars, res.machine.kernel_floor_s)) or "")
+    ax.set_ylim(0, 1.6 * max(ms for _, _, ms in bars))      # room for the legend above the bars
     ax.set_ylabel("a decode step (ms)")
     ax.set_title("mini_engine: a step in its parts")
     ax.legend(loc="upper left", fontsize=8)
@@ -99,7 +102,8 @@ def attention_panel(ax, res) -> None:
     a = res.attention
     cap = a.cap
     # mini_engine's attention in the colour of its attention phase above, vLLM's in vLLM's
-    lines = [("mini", 1, "mini_engine C, 1 request", 1, "-"),
+    lines = [("torch", 1, "mini_engine torch, 1 request, gathered", 1, ":"),
+             ("mini", 1, "mini_engine C, 1 request", 1, "-"),
              ("vllm", 1, "vLLM, 1 request", 6, "-"),
              ("torch", cap, f"mini_engine torch, {cap}, gathered", 1, ":"),
              ("mini", cap, f"mini_engine C, {cap} requests", 1, "--"),
@@ -132,5 +136,5 @@ def draw_step(res):
             ax.set_ylim(0, highest * 1.15)
     if res.attention:
         attention_panel(fig.add_subplot(grid[1, :]), res)
-    return figures.finish(fig, "Task 13: a decode step, eager and compiled; attention as the "
+    return figures.finish(fig, "Task 13: a decode step: torch, its C, compiled; attention as the "
                           "context grows", res)

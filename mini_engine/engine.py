@@ -91,10 +91,11 @@ class LLMEngine:
 
     def kernels_used(self) -> dict[str, str]:
         """What this engine runs, part by part, for a report."""
-        pool = type(self.kv_cache[0]).__name__
+        torch_pool = self.quantized_pool is kv_quant.QuantizedPool
         return {"attention": "C, pages in place" if self.in_place else "torch, gathered + SDPA",
                 "products": self.products.name if self.products else "F.linear",
-                "8-bit cache": {"CQuantizedPool": "C", "QuantizedPool": "torch"}.get(pool, "-"),
+                "8-bit cache": ("-" if self.config.kv_cache_dtype == "auto" else
+                                "torch" if torch_pool else "C"),
                 "forward": "compiled" if self.compiled else "eager"}
 
     def allocate_kv_cache(self, num_pages: int) -> list[torch.Tensor]:

@@ -105,6 +105,20 @@ def chromium():
 
 
 # --- what a report says ---------------------------------------------------------------------------
+def row_value(out: str, label: str) -> str:
+    """The value of the report's row label in out, its wrapped lines joined: those under the
+    value's column, or indented by 4 under the label where a long word (a path) moved it all
+    there (common.report.row)."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{label}:"))
+    value = [lines[at].removeprefix(f"{label}:")]
+    for line in lines[at + 1:]:
+        if not line.startswith("    "):
+            break
+        value.append(line)
+    return " ".join(part.strip() for part in value if part.strip())
+
+
 def assert_fits(text: str, width: int = 65) -> None:
     """Every line of a report fits the report's width (common.report.WIDTH)."""
     long = [line for line in text.splitlines() if len(line) > width]

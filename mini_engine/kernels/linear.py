@@ -84,16 +84,18 @@ class Way:
     name: str
     pack: Callable
     matmul: Callable
+    runs_here: Callable          # dtype -> whether this machine has what the way needs
 
 
-WAYS = (Way("matmul.c", c_pack, c_matmul), Way("oneDNN packed", onednn_pack, onednn_matmul))
+WAYS = (Way("matmul.c", c_pack, c_matmul,
+            lambda dtype: dtype == torch.bfloat16 and _library() is not None),
+        Way("oneDNN packed", onednn_pack, onednn_matmul,
+            lambda dtype: torch.backends.mkldnn.is_available()))
 
 
 def works(way: Way, dtype: torch.dtype) -> bool:
     """This way runs here, takes this dtype, and matches F.linear on a small product."""
-    if way.name == "matmul.c" and (dtype != torch.bfloat16 or _library() is None):
-        return False
-    if way.name == "oneDNN packed" and not torch.backends.mkldnn.is_available():
+    if not way.runs_here(dtype):
         return False
     try:
         w, x = torch.randn(40, 18).to(dtype), torch.randn(7, 18).to(dtype)
@@ -126,6 +128,11 @@ def pass_ms(run: Callable, weights: list[torch.Tensor], rows: int, dtype: torch.
     return 1e3 * best
 
 
+def product(way: Way, packed: dict[int, object]) -> Callable:
+    """linear(x, weight) through way, over the weights packed by data pointer."""
+    return lambda x, weight: way.matmul(x, packed[weight.data_ptr()])
+
+
 _CHOSEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -140,16 +147,14 @@ def for_model(model, batch_sizes: tuple[int, ...]) -> Products:
     best = None
     with torch.inference_mode():
         for way in (w for w in WAYS if works(w, model.dtype)):
-            packed = {w.data_ptr(): way.pack(w) for w in weights}
-            ms[way.name] = {b: pass_ms(lambda x, w: way.matmul(x, packed[w.data_ptr()]),
-                                       weights, b, model.dtype) for b in batch_sizes}
+            run = product(way, {w.data_ptr(): way.pack(w) for w in weights})
+            ms[way.name] = {b: pass_ms(run, weights, b, model.dtype) for b in batch_sizes}
+            # the faster so far is kept; the other's packed weights go with its run
             if best is None or sum(ms[way.name].values()) < sum(ms[best[0].name].values()):
-                best = (way, packed)            # keep the faster so far, drop the other
-            del packed
+                best = (way, run)
     if best is None or sum(ms["F.linear"].values()) <= sum(ms[best[0].name].values()):
         products = Products("F.linear", F.linear, ms)
     else:
-        way, packed = best
-        products = Products(way.name, lambda x, w: way.matmul(x, packed[w.data_ptr()]), ms)
+        products = Products(best[0].name, best[1], ms)
     _CHOSEN[model] = products
     return products

@@ -523,7 +523,7 @@ def test_without_onednn_the_choice_runs_among_the_others(small_vocab_model, monk
     def missing(*args):
         raise AttributeError("'_OpNamespace' 'mkldnn' object has no attribute '_linear_pointwise'")
 
-    gone = lin.Way("oneDNN packed", lin.onednn_pack, missing)
+    gone = lin.Way("oneDNN packed", lin.onednn_pack, missing, runs_here=lambda dtype: True)
     monkeypatch.setattr(lin, "WAYS", (lin.WAYS[0], gone))
     assert not lin.works(gone, torch.float32) and not lin.works(gone, torch.bfloat16)
     products = lin.for_model(Llama(small_vocab_model, "bfloat16"), (1, 2))

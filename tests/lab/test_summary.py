@@ -24,7 +24,8 @@ from lessons.task_6.record import LEVEL, Alone
 from lessons.task_8 import record as task8
 from lessons.verify_environment import record as verify_environment
 from tests import hand
-from tests.helpers import SMOLLM, assert_fits, assert_says, level, run_script, saved_result
+from tests.helpers import (SMOLLM, assert_fits, assert_says, level, row_value, run_script,
+                           saved_result)
 
 MACHINE = machine.Machine(bandwidth_bytes_s=20e9, flops_s={"float32": 250e9, "bfloat16": 1e12},
                      threads=2)
@@ -526,28 +527,16 @@ def test_summary_rows_from_saved_results():
             else f"not run yet: python {step.script}"))
         for step in steps.STEPS]
     assert rows[5] == ("5", "OpenAI-compatible server", "not run yet: python task_5_api_server.py")
-    assert_says(row_of(proc.stdout, "Model, dtype"), "SmolLM2-135M-Instruct", "bfloat16")
+    assert_says(row_value(proc.stdout, "Model, dtype"), "SmolLM2-135M-Instruct", "bfloat16")
     # the machine the lab ran on, from its results (the other way: test_the_machine_is_...)
-    assert_says(row_of(proc.stdout, "Cores (threads)"), "7", not_branch="this machine")
-    assert_says(row_of(proc.stdout, "CPU"), "Test CPU", not_branch="this machine")
+    assert_says(row_value(proc.stdout, "Cores (threads)"), "7", not_branch="this machine")
+    assert_says(row_value(proc.stdout, "CPU"), "Test CPU", not_branch="this machine")
     assert "Measured:" in proc.stdout
     # task 2's speedup 1.33 and task 6's scaling 9.82 beside the source's
     note = " ".join(proc.stdout.split()).partition("Single request:")[2]
     assert_says(note, "1.3x", "(source 1.1x)", "Concurrent requests: 9.8x", "(source 12.6x)")
     assert_fits(proc.stdout)
     assert "NOTE" not in proc.stdout
-
-
-def row_of(out: str, label: str) -> str:
-    """The value of the report's row label in out, its wrapped lines (indented) joined."""
-    lines = out.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(f"{label}:"))
-    value = [lines[at].removeprefix(f"{label}:")]
-    for line in lines[at + 1:]:
-        if not line.startswith("    "):
-            break
-        value.append(line)
-    return " ".join(part.strip() for part in value if part.strip())
 
 
 def test_the_machine_is_the_labs_where_it_was_saved_else_this_ones(capsys):
@@ -558,14 +547,14 @@ def test_the_machine_is_the_labs_where_it_was_saved_else_this_ones(capsys):
     record = summary.Summary()
     summary.print_what_ran({"verify_environment": check}, record)
     out = capsys.readouterr().out
-    assert_says(row_of(out, "Cores (threads)"), "7", not_branch="this machine")
-    assert_says(row_of(out, "CPU"), "Test CPU", not_branch="this machine")
+    assert_says(row_value(out, "Cores (threads)"), "7", not_branch="this machine")
+    assert_says(row_value(out, "CPU"), "Test CPU", not_branch="this machine")
     assert record.cores == 7
     summary.print_what_ran({}, record)
     out = capsys.readouterr().out
-    assert_says(row_of(out, "Cores (threads)"), str(settings.num_cores()),
+    assert_says(row_value(out, "Cores (threads)"), str(settings.num_cores()),
                 branch="(this machine)")
-    assert_says(row_of(out, "CPU"), settings.cpu_model_name(), branch="(this machine)")
+    assert_says(row_value(out, "CPU"), settings.cpu_model_name(), branch="(this machine)")
     assert record.cores == settings.num_cores()
 
 

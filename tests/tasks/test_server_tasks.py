@@ -20,23 +20,9 @@ import pytest
 from common import load, memory, server, steps
 from common.server import free_port
 from tests.helpers import (QUICK_TOKENS, REPO, assert_fits, assert_says, processes_on_port,
-                           run_script, saved_result)
+                           row_value, run_script, saved_result)
 
 pytestmark = pytest.mark.engine
-
-
-def row(out: str, label: str) -> str:
-    """The value of the report's row label in out, its wrapped lines joined: those under the
-    value's column, or indented by 4 under the label where a long word (a path) moved it all
-    there (common.report.row)."""
-    lines = out.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(f"{label}:"))
-    value = [lines[at].removeprefix(f"{label}:")]
-    for line in lines[at + 1:]:
-        if not line.startswith("    "):
-            break
-        value.append(line)
-    return " ".join(part.strip() for part in value if part.strip())
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +43,7 @@ def test_task5_starts_then_reuses_and_both_clients_answer(tiny_model, port):
     for client in ("raw_http", "openai_client"):
         assert r[client]["completion_tokens"] == 12 and r[client]["latency_s"] > 0
         assert r[client]["prompt_tokens"] > 0
-    assert_says(row(proc.stdout, "Server"), "(PID", branch="started", not_branch="external")
+    assert_says(row_value(proc.stdout, "Server"), "(PID", branch="started", not_branch="external")
     assert "RESPONSE: official openai client" in proc.stdout   # the second client's section
     assert "stop it with `make stop`" in " ".join(proc.stdout.split())
     step = steps.by_name()["task_5_api_server"]              # read back typed, as the summary
@@ -78,7 +64,7 @@ def test_task5_starts_then_reuses_and_both_clients_answer(tiny_model, port):
     proc = run_script("task_5_api_server.py", *args)
     assert proc.returncode == 0
     assert saved_result("task_5_api_server")["server_state"] == "reused"
-    assert_says(row(proc.stdout, "Server"), "(PID", branch="reused",
+    assert_says(row_value(proc.stdout, "Server"), "(PID", branch="reused",
                 not_branch=("started", "external"))
 
 
@@ -96,7 +82,7 @@ def test_task6_counts_tokens_and_users(tiny_model, port):
                       "--port", str(port), "--users", "1,3,6", "--max-tokens", "10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_fits(proc.stdout)
-    assert_says(row(proc.stdout, "Load test plan"), "1, 3, 6 concurrent")     # no list
+    assert_says(row_value(proc.stdout, "Load test plan"), "1, 3, 6 concurrent")     # no list
     assert "KEY INSIGHT:" in proc.stdout and "[1, 3, 6]" not in proc.stdout
     r = saved_result("task_6_multi_user_load")
     assert r["server_state"] == "reused"
@@ -150,7 +136,7 @@ def test_tasks_5_and_6_against_a_server_given_by_base_url(tiny_model, port):
     assert (r["server_state"], r["base_url"], r["model"]) == (
         "external", f"http://127.0.0.1:{port}", config.model_name)
     assert r["raw_http"]["completion_tokens"] == r["openai_client"]["completion_tokens"] == 6
-    assert_says(row(proc.stdout, "Server"), branch="external (--base-url)",
+    assert_says(row_value(proc.stdout, "Server"), branch="external (--base-url)",
                 not_branch=("(PID", "started (", "reused ("))
     proc = run_script("task_6_multi_user_load.py", "--base-url", url, "--users", "1,2",
                       "--max-tokens", "5", "--no-sequential")

@@ -6,7 +6,7 @@ pass, each way in turn, at a decode step's rows (1 and the cap) and a prefill's:
     oneDNN packed    the weight reordered once for oneDNN, through torch's private mkldnn ops
     inductor frozen  the same products compiled with torch.compile and inductor's freezing,
                      which prepacks the weights itself (public API)
-    mini_engine C    mini_engine/kernels/matmul.c, where this CPU has AVX512_BF16
+    matmul.c         mini_engine/kernels/matmul.c, where this CPU has AVX512_BF16
 
 The rule of the house: keep the simplest way that comes within 10 % of the fastest on both
 machine kinds the lab runs on. Figures: docs/measurements.md.
@@ -15,7 +15,6 @@ machine kinds the lab runs on. Figures: docs/measurements.md.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -23,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from common import cli, settings
 from common import model as lab_model
-from common import settings
 
 
 def weights(folder: str, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -57,33 +56,25 @@ class Products(torch.nn.Module):
 
 
 def ways(ws: list[torch.Tensor], dtype: torch.dtype) -> dict:
-    """name -> a function of the inputs that runs one pass."""
+    """name -> a function of the inputs that runs one pass: F.linear, each packed way of
+    mini_engine/kernels/linear.py that works here, and inductor's frozen module."""
+    from mini_engine.kernels import linear as lin
+
     found = {"F.linear": lambda xs: [F.linear(x, w) for x, w in zip(xs, ws)]}
-    try:
-        packed = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in ws]
-        found["oneDNN packed"] = lambda xs: [
-            torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [None], "")
-            for x, p in zip(xs, packed)]
-    except (AttributeError, RuntimeError):
-        pass
+    for way in (w for w in lin.WAYS if lin.works(w, dtype)):
+        run = lin.product(way, {w.data_ptr(): way.pack(w) for w in ws})
+        found[way.name] = lambda xs, run=run: [run(x, w) for x, w in zip(xs, ws)]
     import torch._inductor.config as inductor_config
     inductor_config.freezing = True
-    module = Products(ws).eval()
-    found["inductor frozen"] = torch.compile(module, dynamic=False)
-    if dtype == torch.bfloat16:
-        from mini_engine.kernels import linear as c_linear
-        if c_linear.available():
-            packed_c = [c_linear.pack(w) for w in ws]
-            found["mini_engine C"] = lambda xs: [c_linear.matmul(x, p)
-                                                 for x, p in zip(xs, packed_c)]
+    found["inductor frozen"] = torch.compile(Products(ws).eval(), dynamic=False)
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="1,16,256")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--passes", type=int, default=7)
+    parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=cli.int_list, default=[1, 16, 256])
+    parser.add_argument("--rounds", type=cli.positive_int, default=3)
+    parser.add_argument("--passes", type=cli.positive_int, default=7)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     args = parser.parse_args(argv)
     settings.apply_cpu_engine_env()
@@ -91,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = lab_model.resolve_model().path
     ws = weights(folder, dtype)
     found = ways(ws, dtype)
-    rows = [int(r) for r in args.rows.split(",")]
+    rows = args.rows
     print(f"{settings.cpu_model_name()}, {torch.get_num_threads()} threads, {args.dtype}, "
           f"{len(ws)} products a pass")
     times = {(name, r): [] for name in found for r in rows}

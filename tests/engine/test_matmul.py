@@ -106,3 +106,23 @@ def test_the_tiny_model_gives_f_linears_logits(small_vocab_model):
     scale = logits["F.linear"].abs().max().item()
     assert diff <= 0.03 * scale, (diff, scale)
     assert F.cosine_similarity(logits["matmul.c"], logits["F.linear"]).min() > 0.999
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_benchmark_times_every_way_that_works_on_the_same_products(dtype):
+    """benchmarks/linear_ways.py's ways: F.linear, each of kernels/linear.py's ways that works
+    here (the same functions the engine runs), inductor's frozen module (compiled on first call,
+    so not called here); each way's pass gives F.linear's products."""
+    from benchmarks.linear_ways import ways
+
+    ws = [torch.randn(48, 32).to(dtype), torch.randn(20, 48).to(dtype)]
+    xs = [torch.randn(3, 32).to(dtype), torch.randn(3, 48).to(dtype)]
+    found = ways(ws, dtype)
+    working = [w.name for w in lin.WAYS if lin.works(w, dtype)]
+    assert list(found) == ["F.linear", *working, "inductor frozen"]
+    reference = found["F.linear"](xs)
+    for name in ["F.linear", *working]:
+        outs = found[name](xs)
+        assert [o.shape for o in outs] == [(3, 48), (3, 20)], name
+        for out, ref in zip(outs, reference):
+            assert torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2), name

@@ -18,10 +18,10 @@ import time
 
 import requests
 
-from common import cli, figures, measure, report, results, settings
-from common.load import completion_payload
+from common import cli, figures, load, measure, report, results, settings
+from common.load import HttpCall, completion_payload, refusal
 from lessons.task_5 import FIGURES
-from lessons.task_5.record import ApiServer, ApiSettings, HttpCall
+from lessons.task_5.record import ApiServer, ApiSettings
 
 SCRIPT = "task_5_api_server"
 PROMPT = "What is inference in machine learning?"
@@ -36,13 +36,6 @@ def parse_args(argv: list[str] | None):
                         help=f"timed passes of each client, taking turns (default "
                              f"{measure.PASSES})")
     return parser.parse_args(argv)
-
-
-def refusal(status: int, body: str) -> str:
-    try:
-        return f"HTTP {status}: {requests.models.complexjson.loads(body)['error']['message']}"
-    except (ValueError, KeyError, TypeError):
-        return f"HTTP {status}: {body[:200]}"
 
 
 def send_raw(base_url: str, model: str, prompt: str, max_tokens: int) -> HttpCall:
@@ -61,21 +54,10 @@ def send_raw(base_url: str, model: str, prompt: str, max_tokens: int) -> HttpCal
 def send_openai(base_url: str, model: str, prompt: str, max_tokens: int) -> HttpCall:
     """The same request with the official OpenAI SDK: only base_url differs from OpenAI's API.
     (min_tokens is vLLM's extension to hold EOS off; the SDK passes it through extra_body.)"""
-    import openai
-
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY")   # no key needed locally
-    start = time.perf_counter()
     try:
-        completion = client.completions.create(
-            model=model, prompt=prompt, max_tokens=max_tokens, temperature=settings.TEMPERATURE,
-            extra_body={"min_tokens": max_tokens})
-    except openai.APIStatusError as e:
-        cli.fail(f"the server refused the request: {refusal(e.status_code, e.response.text)}", code=1)
-    except openai.APIConnectionError as e:
-        cli.fail(f"the server at {base_url} cannot be reached ({e})", code=1)
-    latency = time.perf_counter() - start
-    return HttpCall(completion.choices[0].text, latency, completion.usage.prompt_tokens,
-                    completion.usage.completion_tokens)
+        return load.send_openai(base_url, model, prompt, max_tokens)
+    except load.CallFailed as e:
+        cli.fail(str(e), code=1)
 
 
 def median_call(calls: list[HttpCall]) -> tuple[HttpCall, measure.Spread]:

@@ -16,7 +16,7 @@ against all at once (both measured).
 """
 from __future__ import annotations
 
-from common import cli, figures, load, measure, metrics, report, results, settings
+from common import cli, figures, load, measure, report, results, settings
 from lessons.task_6 import FIGURES
 from lessons.task_6.record import Alone, MultiUserLoad, alone_of, scaling_range
 
@@ -42,39 +42,8 @@ def parse_args(argv: list[str] | None):
 # --- the measurement: the levels, then the largest group one after another -----------------------
 def run_level(srv, prompts: list[str], max_tokens: int, concurrent: bool = True
               ) -> load.LoadLevel:
-    """One level, and the engine core's own mean inter-token latency over it, from the server's
-    /metrics: its step without the API server and HTTP, which the client's TPOT includes."""
-    before = metrics.read(srv.base_url)
-    level = load.run_level(srv.base_url, srv.model_name, prompts, max_tokens,
-                           concurrent=concurrent)
-    level.engine_itl_s = metrics.engine_itl_s(before, metrics.read(srv.base_url))
-    return level
-
-
-def run_levels(srv, users: list[int], max_tokens: int, passes: int
-               ) -> list[list[load.LoadLevel]]:
-    """Every level's passes, the levels taking turns (1, 5, 10, 20, then again), so the
-    machine's drift lands in every level's spread rather than in one level. A pass in which a
-    request failed is the last."""
-    found: list[list[load.LoadLevel]] = [[] for _ in users]
-    for p in range(passes):
-        for i, num_users in enumerate(users):
-            print(f"  Pass {p + 1}/{passes}, {num_users} user{'s' * (num_users > 1)}...",
-                  end=" ", flush=True)
-            level = run_level(srv, load.user_prompts(num_users), max_tokens)
-            found[i].append(level)
-            print(f"{level.tokens_per_s:.1f} tok/s, {load.seconds(level.mean_latency_s)} s avg, "
-                  f"{level.num_ok}/{num_users} ok", flush=True)
-        if p + 1 < passes and any(lv[-1].num_failed for lv in found):
-            # a request failed: the server is down or refusing, and a pass more measures nothing
-            print(f"  A request failed in pass {p + 1}: no more passes.", flush=True)
-            break
-    return found
-
-
-def median_passes(passes: list[list[load.LoadLevel]]) -> list[load.LoadLevel]:
-    """Each level's median pass by tokens/s, kept whole: its latencies are that pass's."""
-    return [measure.median_pass(lv, lambda p: p.tokens_per_s) for lv in passes]
+    """One level, with the engine core's own inter-token latency from /metrics."""
+    return load.measured_level(srv.base_url, srv.model_name, prompts, max_tokens, concurrent)
 
 
 def run_sequential(srv, levels: list[load.LoadLevel], max_tokens: int
@@ -264,8 +233,9 @@ def main(argv: list[str] | None = None) -> MultiUserLoad:
     if warmup.num_failed:
         cli.fail(f"the warm-up request failed: {warmup.errors[0]}", code=1)
     report.note(f"Warm-up request done ({warmup.duration_s:.2f} s, not counted).")
-    passes = run_levels(srv, args.users, args.max_tokens, args.passes)
-    levels = median_passes(passes)
+    passes = load.levels_in_turns(srv.base_url, srv.model_name, args.users, args.max_tokens,
+                                  args.passes)
+    levels = load.median_passes(passes)
     spreads = [measure.Spread.of(lv.tokens_per_s for lv in p) for p in passes]
     sequential = None if args.no_sequential else run_sequential(srv, levels, args.max_tokens)
     print_levels(levels, spreads)

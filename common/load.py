@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from common import results, settings
+from common import measure, metrics, results, settings
 
 REQUEST_TIMEOUT_S = 600
 
@@ -44,28 +44,40 @@ class RequestResult:
         return [b - a for a, b in zip(times, times[1:])]
 
 
+# How a server is told to hold the end-of-sequence token off: vLLM's extension min_tokens
+# (mini_engine's server takes it too), or a GenerationConfig as JSON (`transformers serve`, which
+# refuses fields it does not know)
+HOLD_EOS = ("min_tokens", "generation_config")
+
+
 def completion_payload(model: str, prompt: str, max_tokens: int, stream: bool,
-                       temperature: float | None = None) -> dict:
-    """The /v1/completions body of the lab. min_tokens (a vLLM extension) holds the
-    end-of-sequence token off, so every request generates max_tokens, as in tasks 1-2.
-    temperature: the lab's settings.TEMPERATURE unless given (0: greedy, as task 12 compares
-    answers token for token)."""
+                       temperature: float | None = None, hold_eos: str = "min_tokens") -> dict:
+    """The /v1/completions body of the lab. The end-of-sequence token is held off (HOLD_EOS), so
+    every request generates max_tokens, as in tasks 1-2. temperature: the lab's
+    settings.TEMPERATURE unless given (0: greedy, as task 12 compares answers token for token)."""
+    temperature = settings.TEMPERATURE if temperature is None else temperature
     payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-               "temperature": settings.TEMPERATURE if temperature is None else temperature,
-               "min_tokens": max_tokens}
+               "temperature": temperature}
+    if hold_eos == "min_tokens":
+        payload["min_tokens"] = max_tokens
+    else:
+        payload["generation_config"] = json.dumps({
+            "max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
+            "do_sample": temperature > 0, "temperature": temperature or 1.0})
     if stream:
         payload.update(stream=True, stream_options={"include_usage": True})
     return payload
 
 
 async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: str, prompt: str,
-                         max_tokens: int, temperature: float | None = None) -> RequestResult:
+                         max_tokens: int, temperature: float | None = None,
+                         hold_eos: str = "min_tokens") -> RequestResult:
     start = time.perf_counter()
     ttft = None
     usage = {}
     times: list[float] = []
     texts: list[str] = []
-    payload = completion_payload(model, prompt, max_tokens, True, temperature)
+    payload = completion_payload(model, prompt, max_tokens, True, temperature, hold_eos)
     try:
         async with session.post(f"{base_url}/v1/completions", json=payload) as resp:
             if resp.status != 200:
@@ -84,6 +96,10 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
                 if data == b"[DONE]":
                     break
                 chunk = json.loads(data)
+                if chunk.get("error"):      # the server failed the request mid-stream
+                    message = chunk["error"].get("message", chunk["error"])
+                    return RequestResult(False, error=f"stream error: {message}"[:200],
+                                         start_s=start)
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices") or []
@@ -98,6 +114,49 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
     return RequestResult(True, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0),
                          ttft if ttft is not None else latency, latency, start_s=start,
                          token_times_s=times, text="".join(texts))
+
+
+@dataclass
+class HttpCall(results.Record):
+    """One /v1/completions request: the answer, how long it took, the tokens it counted."""
+    text: str
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class CallFailed(Exception):
+    """The server refused the request, or could not be reached (the message is one line)."""
+
+
+def send_openai(base_url: str, model: str, prompt: str, max_tokens: int,
+                hold_eos: str = "min_tokens") -> HttpCall:
+    """One request with the official OpenAI SDK, whole: only base_url differs from OpenAI's API.
+    What holds EOS off (a server's extension) goes through extra_body."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY")   # no key needed locally
+    payload = completion_payload(model, prompt, max_tokens, False, hold_eos=hold_eos)
+    extra = {k: payload[k] for k in HOLD_EOS if k in payload}
+    start = time.perf_counter()
+    try:
+        completion = client.completions.create(
+            model=model, prompt=prompt, max_tokens=max_tokens,
+            temperature=payload["temperature"], extra_body=extra)
+    except openai.APIStatusError as e:
+        raise CallFailed(f"the server refused the request: {refusal(e.status_code, e.response.text)}")
+    except openai.APIConnectionError as e:
+        raise CallFailed(f"the server at {base_url} cannot be reached ({e})")
+    return HttpCall(completion.choices[0].text, time.perf_counter() - start,
+                    completion.usage.prompt_tokens, completion.usage.completion_tokens)
+
+
+def refusal(status: int, body: str) -> str:
+    """'HTTP 400: <the error's message>', from an OpenAI-style error body (else its start)."""
+    try:
+        return f"HTTP {status}: {json.loads(body)['error']['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {status}: {body[:200]}"
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -172,26 +231,68 @@ class LoadLevel(results.Record):
 
 
 async def _run(base_url: str, model: str, prompts: list[str], max_tokens: int,
-               concurrent: bool, temperature: float | None) -> LoadLevel:
+               concurrent: bool, temperature: float | None, hold_eos: str) -> LoadLevel:
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)   # no client-side cap on concurrent requests
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         start = time.perf_counter()
         if concurrent:
             requests = await asyncio.gather(*(send_streaming(session, base_url, model, p,
-                                                             max_tokens, temperature)
+                                                             max_tokens, temperature, hold_eos)
                                               for p in prompts))
         else:
-            requests = [await send_streaming(session, base_url, model, p, max_tokens, temperature)
+            requests = [await send_streaming(session, base_url, model, p, max_tokens, temperature,
+                                             hold_eos)
                         for p in prompts]
         return LoadLevel.of(list(requests), time.perf_counter() - start, concurrent)
 
 
 def run_level(base_url: str, model: str, prompts: list[str], max_tokens: int,
-              concurrent: bool = True, temperature: float | None = None) -> LoadLevel:
+              concurrent: bool = True, temperature: float | None = None,
+              hold_eos: str = "min_tokens") -> LoadLevel:
     """Send every prompt at once (concurrent) or one after another; wait for all. One user per
-    prompt: the level's num_users is len(prompts). temperature: completion_payload's."""
-    return asyncio.run(_run(base_url, model, prompts, max_tokens, concurrent, temperature))
+    prompt: the level's num_users is len(prompts). temperature, hold_eos: completion_payload's."""
+    return asyncio.run(_run(base_url, model, prompts, max_tokens, concurrent, temperature,
+                            hold_eos))
+
+
+def measured_level(base_url: str, model: str, prompts: list[str], max_tokens: int,
+                   concurrent: bool = True, hold_eos: str = "min_tokens") -> LoadLevel:
+    """One level, and the engine's own mean inter-token latency over it, from the server's
+    /metrics (None where it has none): its step without the API server and HTTP, which the
+    client's TPOT includes."""
+    before = metrics.read(base_url)
+    level = run_level(base_url, model, prompts, max_tokens, concurrent=concurrent,
+                      hold_eos=hold_eos)
+    level.engine_itl_s = metrics.engine_itl_s(before, metrics.read(base_url))
+    return level
+
+
+def levels_in_turns(base_url: str, model: str, users: list[int], max_tokens: int, passes: int,
+                    hold_eos: str = "min_tokens", indent: str = "  ") -> list[list[LoadLevel]]:
+    """Every level's passes, the levels taking turns (1, 5, 10, 20, then again), so the
+    machine's drift lands in every level's spread rather than in one level; a line a pass. A
+    pass in which a request failed is the last."""
+    found: list[list[LoadLevel]] = [[] for _ in users]
+    for p in range(passes):
+        for i, num_users in enumerate(users):
+            print(f"{indent}Pass {p + 1}/{passes}, {num_users} user{'s' * (num_users > 1)}...",
+                  end=" ", flush=True)
+            level = measured_level(base_url, model, user_prompts(num_users), max_tokens,
+                                   hold_eos=hold_eos)
+            found[i].append(level)
+            print(f"{level.tokens_per_s:.1f} tok/s, {seconds(level.mean_latency_s)} s avg, "
+                  f"{level.num_ok}/{num_users} ok", flush=True)
+        if p + 1 < passes and any(lv[-1].num_failed for lv in found):
+            # a request failed: the server is down or refusing, and a pass more measures nothing
+            print(f"{indent}A request failed in pass {p + 1}: no more passes.", flush=True)
+            break
+    return found
+
+
+def median_passes(passes: list[list[LoadLevel]]) -> list[LoadLevel]:
+    """Each level's median pass by tokens/s, kept whole: its latencies are that pass's."""
+    return [measure.median_pass(lv, lambda p: p.tokens_per_s) for lv in passes]
 
 
 def user_prompts(num_users: int) -> list[str]:

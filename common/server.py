@@ -147,7 +147,7 @@ def base_url_of(config: ServerConfig) -> str:
     return f"http://{host}:{config.port}"
 
 
-def _kill_group(pid: int, timeout_s: float = 15) -> None:
+def kill_group(pid: int, timeout_s: float = 15) -> None:
     """SIGTERM the server's process group (API server, engine core, multiprocessing's resource
     tracker; the worker too where it runs in its own process), SIGKILL what lingers."""
     try:
@@ -178,7 +178,7 @@ def stop_server(port: int = settings.SERVER_PORT) -> bool:
     _state_path(port).unlink(missing_ok=True)
     if not state or not _is_lab_server(state["pid"], port):
         return False
-    _kill_group(state["pid"])
+    kill_group(state["pid"])
     return True
 
 
@@ -258,7 +258,7 @@ def _start(config: ServerConfig, timeout_s: float,
                 next_note += 10
             time.sleep(0.5)
     except BaseException:   # ServerError, Ctrl-C, SIGTERM: stop what we started
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         _state_path(config.port).unlink(missing_ok=True)
         raise
     finally:

@@ -6,15 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common import measure, results
-
-
-@dataclass
-class HttpCall(results.Record):
-    """One /v1/completions request: the answer, how long it took, the tokens it counted."""
-    text: str
-    latency_s: float
-    prompt_tokens: int
-    completion_tokens: int
+from common.load import HttpCall
 
 
 @dataclass

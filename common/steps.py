@@ -131,6 +131,12 @@ STEPS: list[Step] = [
     # --quick: fewer prompts and requests, the model's dtype and fp8 only (two server starts)
     Step("task_14_quantized_kv.py", "14", "Quantized KV cache",
          args=("--port", PORT), quick_args=("--quick",), own_engines=True),
+    # task 15 runs three servers one at a time (vLLM's on the lab's port), each then its engine
+    # offline in a fresh process, and stops each; --quick: 2 levels of 10 tokens, one pass
+    Step("task_15_serve_your_engine.py", "15", "Your engine behind a server",
+         "vLLM's server only", args=("--port", PORT),
+         quick_args=("--users", "1,20", "--max-tokens", "10", "--passes", "1"),
+         own_engines=True),
 ]
 
 

@@ -24,6 +24,7 @@ mini_engine/stats.py, that the step calls around its three moves).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from itertools import accumulate
@@ -87,6 +88,7 @@ class LLMEngine:
         self.profiler = profiler or NoProfiler()
         self.recorder = StepRecorder(self.block_manager, self.profiler)
         self.sequences: list[Sequence] = []
+        self._ids = itertools.count()   # a request's id, never reused
         self.steps: list[StepStats] = self.recorder.steps
 
     def kernels_used(self) -> dict[str, str]:
@@ -130,7 +132,7 @@ class LLMEngine:
         if len(prompt_ids) + max_tokens > self.config.max_model_len:
             raise ValueError(f"{len(prompt_ids)} prompt + {max_tokens} new tokens exceed "
                              f"max_model_len {self.config.max_model_len}")
-        seq = Sequence(len(self.sequences), list(prompt_ids), max_tokens, min_tokens, temperature,
+        seq = Sequence(next(self._ids), list(prompt_ids), max_tokens, min_tokens, temperature,
                        arrival_s=time.perf_counter())
         self.sequences.append(seq)
         self.scheduler.add(seq)
@@ -254,6 +256,11 @@ class LLMEngine:
         for seq in finished:
             self.scheduler.finish(seq)
         return finished
+
+    def abort(self, seq: Sequence) -> None:
+        """Stop seq between steps: it makes no more tokens, and its pages go back."""
+        if not seq.is_finished:
+            self.scheduler.abort(seq)
 
     def _cut_at_eos(self, seq: Sequence, tokens: list[int]) -> list[int]:
         """The tokens up to and with the first end-of-sequence the request may end at (from

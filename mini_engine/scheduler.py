@@ -234,6 +234,16 @@ class Scheduler:
             self._remove(seq)
         self._end_batch_if_over()
 
+    def abort(self, seq: Sequence) -> None:
+        """seq is stopped before its end (its client went away): it leaves the line or the
+        batch, and its pages go back at once."""
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq in self.running:
+            self._remove(seq)
+            self._end_batch_if_over()
+        seq.state = State.FINISHED
+
     def _end_batch_if_over(self) -> None:
         """A batch with no live row is over: its padding rows go (static batching; under the
         continuous policy no row is ever padding, so this never fires there)."""

@@ -315,14 +315,19 @@ class LabRun:
 
 def lab_parts() -> list[list[str]]:
     """The quick lab in two runs of lab.py (its hidden --steps), one on each worker, so neither
-    waits on the other: the steps up to the first that runs engines of its own (they share the
-    lab's server, which the lab stops before that one: task 9), then the rest (each starts and
-    stops what it runs). Results names, in the list's order (common/steps.py)."""
+    waits on the other: the steps that share the lab's server and the first half of those that
+    run engines of their own, then the other half. Each of the latter starts and stops what it
+    measures (the lab stops the shared server before the first), so they split anywhere; a
+    half of them each keeps the two parts' lengths near each other (docs/tests.md). Results
+    names, in the list's order (common/steps.py)."""
     from common import steps
 
     names = [step.name for step in steps.STEPS]
     first_own = next(i for i, step in enumerate(steps.STEPS) if step.own_engines)
-    return [names[:first_own + 1], names[first_own + 1:]]
+    assert all(step.own_engines for step in steps.STEPS[first_own:]), \
+        "a step sharing the lab's server after one that runs its own engines"
+    cut = first_own + (len(names) - first_own) // 2
+    return [names[:cut], names[cut:]]
 
 
 def part_of(names) -> int:

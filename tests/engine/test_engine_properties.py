@@ -229,13 +229,12 @@ def check_budget(eng: LLMEngine, case: dict, before: dict) -> int:
     return num_short
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.data_too_large])
-@given(case=cases())
-def test_scheduler_invariants(tiny_llama, case):
+def engine_of(model: Llama, case: dict) -> tuple:
+    """The case's engine, warmed up, its workload added: (engine, EOS ids, each request's
+    min_tokens, the requests, scheduler.step_bound of the workload)."""
     eos = () if case["eos_held_off"] else tuple(EOS_IDS)
-    eng = LLMEngine(tiny_llama, list(eos), EngineConfig(
-        kv_bytes=kv_bytes(tiny_llama, case["num_pages"], case["page_size"], case["kv"]),
+    eng = LLMEngine(model, list(eos), EngineConfig(
+        kv_bytes=kv_bytes(model, case["num_pages"], case["page_size"], case["kv"]),
         page_size=case["page_size"], max_batch=case["max_batch"], max_model_len=MAX_MODEL_LEN,
         policy=case["policy"], pad_finished=case["pad_finished"],
         enable_prefix_caching=case["prefix_caching"],
@@ -246,6 +245,14 @@ def test_scheduler_invariants(tiny_llama, case):
     seqs = [eng.add_request(list(p), n, m) for (p, n), m in zip(case["workload"], min_tokens)]
     bound = step_bound([len(p) for p, _ in case["workload"]], [n for _, n in case["workload"]],
                        case["budget"], case["max_batch"])
+    return eng, eos, min_tokens, seqs, bound
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.data_too_large])
+@given(case=cases())
+def test_scheduler_invariants(tiny_llama, case):
+    eng, eos, min_tokens, seqs, bound = engine_of(tiny_llama, case)
     if case["budget"] - case["max_batch"] + 1 >= max(len(p) for p, _ in case["workload"]):
         assert bound == sum(n for _, n in case["workload"])     # the bound before the budget
     num_short = 0
@@ -283,6 +290,47 @@ def test_scheduler_invariants(tiny_llama, case):
     if not case["eos_held_off"]:
         event(f"EOS allowed, a request ended at it before max_tokens: "
               f"{any(len(s.output_ids) < n for s, (_, n) in zip(seqs, case['workload']))}")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.data_too_large])
+@given(case=cases(), data=st.data())
+def test_aborts_give_every_page_back_and_change_no_other_token(tiny_llama, case, data):
+    """A client that goes away: the server aborts its request between two steps
+    (LLMEngine.abort, mini_engine/server/). Any request, at any step between: waiting, running,
+    preempted, a padding row, or finished already (then nothing happens). Checked after every
+    abort and every step: pages conserved (check_pages), the aborted request out of the line and
+    the batch with no page, and every step within its bound; at the end every page free, each
+    request not aborted exactly the tokens it makes alone, and each aborted one a prefix of
+    them (an abort changes no neighbour's token)."""
+    eng, eos, min_tokens, seqs, bound = engine_of(tiny_llama, case)
+    aborted = set()
+    while eng.scheduler.has_work:
+        if data.draw(st.booleans(), label="abort before this step"):
+            victim = data.draw(st.sampled_from(seqs), label="which request")
+            if not victim.is_finished:
+                aborted.add(victim.seq_id)
+                event(f"aborted while {victim.state.value}")
+            eng.abort(victim)
+            assert victim.is_finished and victim not in eng.scheduler.waiting
+            # a padding row is done already: it keeps its row and pages until its batch ends
+            assert victim.is_padding or (victim.page_table == []
+                                         and victim not in eng.scheduler.running)
+            check_pages(eng)
+            if not eng.scheduler.has_work:
+                break
+        assert len(eng.steps) < bound, f"no end within {bound} steps (scheduler.step_bound)"
+        eng.step()
+        check_pages(eng)
+    assert eng.block_manager.num_free == eng.num_pages
+    assert all(b.ref_count == 0 for b in eng.block_manager.blocks)
+    for seq, (prompt, n), m in zip(seqs, case["workload"], min_tokens):
+        alone = run_alone(tiny_llama, prompt, n, m, eos, case["kv"])
+        if seq.seq_id in aborted:
+            assert seq.output_ids == alone[:len(seq.output_ids)]
+        else:
+            assert seq.output_ids == alone
+    event(f"requests aborted: {min(len(aborted), 2)}{'+' if len(aborted) > 2 else ''}")
 
 
 @pytest.mark.parametrize("policy, pad", [("static", True), ("static", False),

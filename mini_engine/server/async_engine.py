@@ -1,0 +1,198 @@
+"""The engine's step loop, apart from the event loop, and one output queue a request (vLLM's
+AsyncLLM, its engine core and its output handler, folded into one process).
+
+The step never runs in the event loop: a step takes tens of milliseconds, and the HTTP server
+must go on taking requests, streaming tokens and noticing clients that leave while it runs.
+So one thread owns the LLMEngine alone and steps it, and the event loop, in a thread of its
+own, talks to it through an inbox:
+
+    event loop                              step loop
+    add(request)     -- inbox -->           engine.add_request, before the next step
+    abort(request)   -- inbox -->           engine.abort: its pages go back at once
+    request.queue    <-- one call a step -- each request's new tokens, and how it ended
+
+A request that arrives while a step runs joins the batch at the next one (continuous
+batching). The step loop also keeps /metrics (ServerMetrics): it is where the figures happen.
+
+The step loop runs in the process's main thread and uvicorn's event loop in a second one
+(__main__.py), not the other way round: the same engine stepped from a second thread made 400
+tokens/s where the main thread made 600 (torch's OpenMP threads, on this 2-core machine;
+docs/server.md).
+"""
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from dataclasses import dataclass, field
+
+from mini_engine.engine import LLMEngine
+from mini_engine.sequence import Sequence, State
+from mini_engine.server.metrics import ServerMetrics
+
+
+@dataclass
+class Output:
+    """What one step gave one request."""
+    token_ids: list[int]
+    finish_reason: str | None = None   # "stop" (end of sequence), "length", "abort" or None
+    error: str | None = None           # the engine failed; the request is over
+
+
+@dataclass
+class Request:
+    """A request as the front door holds it: what it asked for, and its own output queue
+    (asyncio's, read by its HTTP handler; written only through the event loop)."""
+    prompt_ids: list[int]
+    max_tokens: int
+    min_tokens: int = 0
+    temperature: float = 0.0
+    arrival_s: float = field(default_factory=time.perf_counter)
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    seq: Sequence | None = None        # the engine's, once the engine thread has added it
+    num_sent: int = 0                  # output tokens handed to the queue
+    num_drafts: int = 0                # guesses verified so far (for the speculation counters)
+    admitted: bool = False             # its prompt counted in the prefix cache's lookups
+    last_token_s: float = 0.0
+
+
+class EngineDead(RuntimeError):
+    """The engine's step failed: the server can take no more requests."""
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, metrics: ServerMetrics):
+        self.engine, self.metrics = engine, metrics
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()   # ("add" | "abort" | "stop", Request)
+        self.active: dict[int, Request] = {}                  # by id(request), in the engine
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: str | None = None
+
+    # --- the event loop's side ----------------------------------------------------------------
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop the outputs go to (the server's, once it runs)."""
+        self.loop = loop
+
+    def stop(self) -> None:
+        """The step loop returns (from any thread)."""
+        self.inbox.put(("stop", None))
+
+    def add(self, request: Request) -> None:
+        if self.error:
+            raise EngineDead(self.error)
+        self.inbox.put(("add", request))
+
+    def abort(self, request: Request) -> None:
+        """The request is over before its end (its client left, or a stop string ended it)."""
+        self.inbox.put(("abort", request))
+
+    # --- the step loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        """Step while there is work, wait for the inbox while there is none, until stop()."""
+        try:
+            while True:
+                # wait while there is nothing to step (a timeout, so Ctrl-C is heard); otherwise
+                # take what came, and step
+                items = []
+                while not items and not self.engine.scheduler.has_work:
+                    try:
+                        items.append(self.inbox.get(timeout=0.5))
+                    except queue.Empty:
+                        pass
+                while not self.inbox.empty():
+                    items.append(self.inbox.get())
+                if any(kind == "stop" for kind, _ in items):
+                    return
+                for kind, request in items:
+                    (self._add if kind == "add" else self._abort)(request)
+                self._update_gauges()         # an abort frees pages even with no step after it
+                if self.engine.scheduler.has_work:
+                    self._step()
+        except Exception as e:   # a failed step: tell every request, refuse new ones
+            self.close(f"the engine failed: {type(e).__name__}: {e}")
+
+    def close(self, why: str = "the server is shutting down") -> None:
+        """No more steps: every request still running ends with this error, new ones are refused."""
+        self.error = why
+        self._send([(r, Output([], "abort", why)) for r in self.active.values()])
+        self.active.clear()
+
+    def _add(self, request: Request) -> None:
+        seq = self.engine.add_request(request.prompt_ids, request.max_tokens,
+                                      request.min_tokens, request.temperature)
+        seq.arrival_s = request.arrival_s     # TTFT counts from when the server got it
+        request.seq = seq
+        self.active[id(request)] = request
+        self.metrics.prompt_tokens.inc(len(request.prompt_ids))
+
+    def _abort(self, request: Request) -> None:
+        if self.active.pop(id(request), None) is None:
+            return                    # it had finished already
+        self.engine.abort(request.seq)
+        self._leave(request, "abort")
+
+    def _leave(self, request: Request, reason: str) -> None:
+        """The request is done: the engine forgets it, and /metrics counts it."""
+        self.engine.sequences.remove(request.seq)
+        self.metrics.finished[reason].inc()
+        self.metrics.e2e.observe(time.perf_counter() - request.arrival_s)
+
+    def _step(self) -> None:
+        self.engine.step()
+        stats = self.engine.steps.pop()       # the server keeps no history of steps
+        self.metrics.iteration_tokens.observe(stats.num_tokens)
+        if self.metrics.spec_drafts:
+            self.metrics.spec_draft_tokens.inc(stats.num_draft_tokens)
+            self.metrics.spec_accepted.inc(stats.num_accepted_tokens)
+        outputs = []
+        for request in list(self.active.values()):
+            seq = request.seq
+            if not request.admitted and seq.state is not State.WAITING:
+                request.admitted = True       # its prompt was looked up in the prefix cache
+                self.metrics.prefix_queries.inc(len(seq.prompt_ids))
+                self.metrics.prefix_hits.inc(seq.num_cached_at_admission)
+            new = seq.output_ids[request.num_sent:]
+            if new:
+                self._count_tokens(request, len(new))
+            if seq.is_finished:
+                del self.active[id(request)]
+                reason = "stop" if seq.output_ids[-1] in self.engine.sampler.eos_ids else "length"
+                self._leave(request, reason)
+                outputs.append((request, Output(new, reason)))
+            elif new:
+                outputs.append((request, Output(new)))
+        self._update_gauges()
+        self._send(outputs)
+
+    def _count_tokens(self, request: Request, num_new: int) -> None:
+        seq, now = request.seq, time.perf_counter()
+        if not request.num_sent:
+            self.metrics.ttft.observe(now - request.arrival_s)
+        else:
+            self.metrics.itl.observe(now - request.last_token_s)
+        request.num_sent += num_new
+        request.last_token_s = now
+        self.metrics.generation_tokens.inc(num_new)
+        if self.metrics.spec_drafts and seq.num_draft_tokens > request.num_drafts:
+            self.metrics.spec_drafts.inc()
+            request.num_drafts = seq.num_draft_tokens
+
+    def _update_gauges(self) -> None:
+        scheduler, pages = self.engine.scheduler, self.engine.block_manager
+        self.metrics.running.set(scheduler.num_live)
+        self.metrics.waiting.set(len(scheduler.waiting))
+        self.metrics.kv_usage.set(pages.num_used / pages.num_pages)
+        self.metrics.preemptions.inc(scheduler.num_preemptions - self._preemptions_seen)
+        self._preemptions_seen = scheduler.num_preemptions
+
+    _preemptions_seen = 0
+
+    def _send(self, outputs: list[tuple[Request, Output]]) -> None:
+        """Hand a step's outputs to their queues, in one call into the event loop."""
+        if outputs and self.loop is not None:
+            self.loop.call_soon_threadsafe(_deliver, outputs)
+
+
+def _deliver(outputs: list[tuple[Request, Output]]) -> None:
+    for request, output in outputs:
+        request.queue.put_nowait(output)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -66,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --model {args.model} is not a model folder (no config.json)",
               file=sys.stderr)
         return 2
+    if not port_free(args.host, args.port):
+        print(f"error: port {args.port} is in use (another server?); choose another --port",
+              file=sys.stderr)
+        return 2
     import uvicorn
     from transformers import AutoTokenizer
 
@@ -88,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyError as e:        # a config or weights of some other kind of model
+        print(f"error: --model {args.model} is not a Llama this engine reads (no {e})",
+              file=sys.stderr)
+        return 2
     engine.warm_up()
     name = args.served_model_name or args.model
     cache = {"block_size": str(config.page_size), "num_gpu_blocks": str(engine.num_pages),
@@ -104,18 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mini_engine serving {name} on http://{args.host}:{args.port} "
           f"({engine.model.dtype_name}, {engine.num_pages} KV pages of {config.page_size} "
           f"tokens; {used})", flush=True)
-    serve(stepper, uvicorn.Server(uvicorn.Config(
+    return serve(stepper, uvicorn.Server(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning",
         timeout_graceful_shutdown=3)))   # a stream still open at Ctrl-C ends after 3 s
-    return 0
 
 
-def serve(stepper, http) -> None:
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        return s.connect_ex(("127.0.0.1" if host == "0.0.0.0" else host, port)) != 0
+
+
+def serve(stepper, http) -> int:
     """uvicorn in a thread of its own, the step loop in this one (the main thread: async_engine.py
-    says why), until Ctrl-C or SIGTERM; then both stop."""
+    says why), until Ctrl-C or SIGTERM, or until uvicorn ends on its own (it could not listen:
+    it says why, and the exit code is 1); then both stop."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)   # SIGTERM as Ctrl-C
     thread = threading.Thread(target=http.run, name="http", daemon=True)
     thread.start()
+    threading.Thread(target=lambda: (thread.join(), stepper.stop()), daemon=True).start()
     try:
         stepper.run()
     except KeyboardInterrupt:
@@ -124,6 +139,7 @@ def serve(stepper, http) -> None:
         stepper.close()          # the requests still open end now, with an error event
         http.should_exit = True
         thread.join(timeout=10)
+    return 0 if http.started else 1
 
 
 if __name__ == "__main__":

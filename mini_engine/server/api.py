@@ -176,7 +176,9 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
         except Exception as e:   # the template's own refusal (a role it does not know...)
             raise BadRequest(f"the chat template refused the messages: {e}", "messages")
         ids = tokenizer.encode(text, add_special_tokens=False)
-        request = admit(body, ids, body.max_completion_tokens or body.max_tokens)
+        wanted = body.max_tokens if body.max_completion_tokens is None else \
+            body.max_completion_tokens             # OpenAI's newer name first
+        request = admit(body, ids, wanted)
         return await answer(http, body, request, Answer("chat.completion", model_name))
 
     async def answer(http: HttpRequest, body: Sampling, request: Request, shape: "Answer"):

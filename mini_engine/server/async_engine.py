@@ -189,7 +189,7 @@ class AsyncEngine:
 
     def _send(self, outputs: list[tuple[Request, Output]]) -> None:
         """Hand a step's outputs to their queues, in one call into the event loop."""
-        if outputs and self.loop is not None:
+        if outputs and self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(_deliver, outputs)
 
 

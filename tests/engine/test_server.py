@@ -255,6 +255,31 @@ def test_each_bad_request_gets_its_error_and_the_neighbour_completes(mini):
     assert requests.get(f"{mini.base_url}/health").status_code == 200
 
 
+# --- what the server refuses to start with: one line and exit 2 ---------------------------------
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "/nonexistent"], "is not a model folder (no config.json)"),
+    (["--max-num-seqs", "0"], "EngineConfig.max_batch must be at least 1"),
+    (["--kv-cache-memory-bytes", "1000"], "not one request of 128 tokens"),
+    (["--port", "{busy}"], "is in use"),
+])
+def test_bad_settings_are_one_line_and_exit_2(tiny_model, flags, message):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        args = [a.replace("{busy}", port) for a in flags]
+        model = [] if "--model" in args else ["--model", tiny_model]
+        proc = subprocess.run([sys.executable, "-m", "mini_engine.server", *model,
+                               "--kernels", "torch", *args], capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
 # --- Ctrl-C during a load ------------------------------------------------------------------------
 def test_ctrl_c_during_a_load_leaves_no_process_and_no_port(tiny_model):
     with start(tiny_model) as srv:

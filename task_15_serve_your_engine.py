@@ -118,30 +118,32 @@ def measure_server(way: str, args, model, dtype: str, s: Settings) -> ServerRun:
                     sdk_call=call, levels=levels,
                     spreads=[measure.Spread.of(lv.tokens_per_s for lv in p) for p in passes],
                     timeline=Timeline.of(max(levels, key=lambda lv: lv.num_users)))
-    run_offline(run, model.path, dtype, sorted({min(args.users), max(args.users)}),
-                args.max_tokens, args.passes)
+    run_offline(run, model.path, dtype, sorted({min(args.users), max(args.users)}), args)
     return run
 
 
-def run_offline(run: ServerRun, path: str, dtype: str, users: list[int], tokens: int,
-                passes: int) -> None:
+def run_offline(run: ServerRun, path: str, dtype: str, users: list[int], args) -> None:
     """The server's own engine on the same requests, in a fresh process (lessons/task_15/
-    offline.py); a failure is kept as its last line, and the rest of the task goes on."""
-    report.note(f"  {run.way} offline, {' and '.join(map(str, users))} users, {passes} "
-                f"pass{'es' * (passes > 1)}...")
-    proc = subprocess.run([sys.executable, "-m", "lessons.task_15.offline", "--way", run.way,
-                           "--model", path, "--dtype", dtype,
-                           "--users", ",".join(map(str, users)), "--tokens", str(tokens),
-                           "--passes", str(passes)],
-                          capture_output=True, text=True, timeout=OFFLINE_TIMEOUT_S,
-                          cwd=settings.REPO_DIR)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode or not lines:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        run.offline_error = f"exited with code {proc.returncode}: {last}"
+    offline.py); a failure is kept as one line, and the rest of the task goes on."""
+    report.note(f"  {run.way} offline, {' and '.join(map(str, users))} users, {args.passes} "
+                f"pass{'es' * (args.passes > 1)}...")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "lessons.task_15.offline", "--way",
+                               run.way, "--model", path, "--dtype", dtype,
+                               "--users", ",".join(map(str, users)),
+                               "--tokens", str(args.max_tokens), "--passes", str(args.passes),
+                               "--kernels", args.kernels],
+                              capture_output=True, text=True, timeout=OFFLINE_TIMEOUT_S,
+                              cwd=settings.REPO_DIR)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode or not lines:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ValueError(f"exited with code {proc.returncode}: {last}")
+        found = json.loads(lines[-1])
+    except (subprocess.TimeoutExpired, ValueError) as e:   # ValueError: JSON's too
+        run.offline_error = str(e).splitlines()[0][:200]
         report.note(f"  {run.way} offline failed: {run.offline_error}")
         return
-    found = json.loads(lines[-1])
     run.offline_startup_s = found["startup_s"]
     run.offline = [Offline(int(n), *(measure.Spread.of(found[what][n]) for what in
                                      ("tokens_per_s", "first_token_s", "step_s")))

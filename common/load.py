@@ -109,7 +109,7 @@ async def send_streaming(session: aiohttp.ClientSession, base_url: str, model: s
                     if ttft is None and choices[0].get("text"):
                         ttft = times[-1]
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-        return RequestResult(False, error=f"{type(e).__name__}: {e}"[:200])
+        return RequestResult(False, error=f"{type(e).__name__}: {e}"[:200], start_s=start)
     latency = time.perf_counter() - start
     return RequestResult(True, usage.get("completion_tokens", 0), usage.get("prompt_tokens", 0),
                          ttft if ttft is not None else latency, latency, start_s=start,
@@ -135,7 +135,8 @@ def send_openai(base_url: str, model: str, prompt: str, max_tokens: int,
     What holds EOS off (a server's extension) goes through extra_body."""
     import openai
 
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY")   # no key needed locally
+    # no key needed locally; no retries, whose waits would count in the latency
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY", max_retries=0)
     payload = completion_payload(model, prompt, max_tokens, False, hold_eos=hold_eos)
     extra = {k: payload[k] for k in HOLD_EOS if k in payload}
     start = time.perf_counter()
@@ -147,6 +148,8 @@ def send_openai(base_url: str, model: str, prompt: str, max_tokens: int,
         raise CallFailed(f"the server refused the request: {refusal(e.status_code, e.response.text)}")
     except openai.APIConnectionError as e:
         raise CallFailed(f"the server at {base_url} cannot be reached ({e})")
+    except openai.OpenAIError as e:          # an answer the SDK cannot read, for one
+        raise CallFailed(f"the OpenAI SDK failed: {type(e).__name__}: {e}")
     return HttpCall(completion.choices[0].text, time.perf_counter() - start,
                     completion.usage.prompt_tokens, completion.usage.completion_tokens)
 

@@ -3,10 +3,10 @@ its memory nor its threads are the parent's): the same requests as the server's 
 at once, EOS held off, sampled as they are (temperature 0.7).
 
     python -m lessons.task_15.offline --way vLLM|mini_engine|transformers --model PATH
-        --dtype D --users 1,20 --tokens 50 --passes 3
+        --dtype D --users 1,20 --tokens 50 --passes 3 [--kernels c]
 
     vLLM           LLM.generate, the lab's settings (common/engine.py)
-    mini_engine    LLMEngine.run, the settings its server runs with
+    mini_engine    LLMEngine.run, the settings and kernels its server runs with
     transformers   generate_batch, the continuous batching `transformers serve` runs (it
                    starts its batching thread at every call: part of the first token's time)
 
@@ -34,7 +34,7 @@ def vllm_way(path: str, dtype: str, s: Settings):
     return lambda prompts, tokens: engine.vllm_generate_batch(llm, prompts, tokens)[1]
 
 
-def mini_engine_way(path: str, dtype: str, s: Settings):
+def mini_engine_way(path: str, dtype: str, s: Settings, kernels: str = "c"):
     from transformers import AutoTokenizer
 
     from mini_engine import EngineConfig, LLMEngine, Llama, eos_token_ids
@@ -43,7 +43,8 @@ def mini_engine_way(path: str, dtype: str, s: Settings):
     llm = LLMEngine(Llama(path, dtype), eos_token_ids(path), EngineConfig(
         kv_bytes=s.kv_cache_bytes, page_size=s.block_size, max_batch=s.max_num_seqs,
         max_model_len=s.max_model_len, seed=settings.SEED,
-        enable_prefix_caching=s.prefix_caching, kernels="c"))
+        enable_prefix_caching=s.prefix_caching, kernels=kernels))
+    llm.warm_up()                      # as its server does ("compiled": the graphs made here)
 
     def run(prompts: list[str], tokens: int) -> int:
         seqs = [llm.add_request(tokenizer.encode(p), tokens, tokens, settings.TEMPERATURE)
@@ -87,12 +88,15 @@ def main() -> None:
     parser.add_argument("--users", required=True)
     parser.add_argument("--tokens", type=int, required=True)
     parser.add_argument("--passes", type=int, required=True)
+    parser.add_argument("--kernels", default="c", help="mini_engine's, as its server's")
     args = parser.parse_args()
     settings.apply_cpu_engine_env()            # before vLLM (and torch) is imported
     users = [int(n) for n in args.users.split(",")]
     prompts = load.user_prompts(max(users))
     start = time.perf_counter()
-    run = WAYS[args.way](args.model, args.dtype, Settings())
+    way = WAYS[args.way]
+    run = (way(args.model, args.dtype, Settings(), args.kernels) if args.way == "mini_engine"
+           else way(args.model, args.dtype, Settings()))
     startup_s = time.perf_counter() - start
     run(prompts[:1], 4)                        # untimed: the first run pays for what start left
     found = {what: {str(n): [] for n in users} for what in ("tokens_per_s", "first_token_s",

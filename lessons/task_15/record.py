@@ -18,10 +18,10 @@ class Timeline(results.Record):
 
     @classmethod
     def of(cls, level: load.LoadLevel) -> "Timeline | None":
-        if not level.requests:
-            return None
-        t0 = min(r.start_s for r in level.requests if r.start_s)
         ok = [r for r in level.requests if r.success]
+        if not ok:
+            return None
+        t0 = min(r.start_s for r in level.requests)
         return cls([round(r.start_s - t0, 4) for r in ok],
                    [[round(r.start_s - t0 + t, 4) for t in r.token_times_s] for r in ok])
 
@@ -73,7 +73,8 @@ class ServerRun(results.Record):
         """The front door's cost: the server's tokens/s over its engine's offline, on the same
         requests (None: either is missing)."""
         served, alone = self.level(num_users), self.offline_at(num_users)
-        if served is None or alone is None or not alone.median or not served.num_ok:
+        # a level with a failed request is no price of the door: its tokens are missing
+        if served is None or alone is None or not alone.median or served.num_failed:
             return None
         return served.tokens_per_s / alone.median
 
@@ -81,7 +82,7 @@ class ServerRun(results.Record):
         """The door's lowest and highest, from the two spreads (server low over offline high,
         and the other way)."""
         served, alone = self.spread(num_users), self.offline_at(num_users)
-        if served is None or alone is None or not alone.low:
+        if served is None or alone is None or not alone.low or self.door(num_users) is None:
             return None
         return served.low / alone.high, served.high / alone.low
 

@@ -138,8 +138,8 @@ def print_scaling(res: ThreeServers, runs: list[ServerRun]) -> None:
         rows.append((r.way, times(served, 1), times(offline, 1)))
     report.table(["Server", "Through the server", "Offline"], rows, widths=[13, 20, 10],
                  align_left=(0,))
-    report.note("The source's 12.6x (task 6) is the first ratio: the server's tokens/s at 20 "
-                "users over its own at 1.")
+    report.note(f"The source's 12.6x (task 6, 20 users over 1) is the first kind: a server's "
+                f"tokens/s at {many} users over its own at {one}.")
 
 
 def print_report(res: ThreeServers) -> None:
@@ -156,7 +156,8 @@ def insights(res: ThreeServers) -> list[str]:
     lines = []
     n = res.largest
     mini, vllm = res.server("mini_engine"), res.server("vLLM")
-    if mini and vllm and mini.level(n) and vllm.level(n):
+    if (mini and vllm and mini.level(n) and vllm.level(n) and mini.level(n).num_ok
+            and vllm.level(n).tokens_per_s > 0):
         a, b = mini.level(n).tokens_per_s, vllm.level(n).tokens_per_s
         sa, sb = mini.spread(n), vllm.spread(n)
         apart = sa.num_passes > 1 and not sa.agrees(sb)
@@ -186,20 +187,28 @@ def door_line(r: ServerRun, res: ThreeServers) -> str | None:
     at_one = f" ({r.door(one):.2f}x at {one})" if r.door(one) is not None and one != n else ""
     if door > 1 / KEPT:
         off, lv = r.offline_run(n), r.level(n)
-        return (f"{of(r.way)} server made {door:.2f}x the tokens/s of its own offline way at "
-                f"{n} users{at_one}: offline, the first tokens took "
-                f"{off.first_token_s.median:.2f} s, through the server "
-                f"{load.seconds(lv.mean_ttft_s)} s, so this pair does not price its front door")
+        head = (f"{of(r.way)} server made {door:.2f}x the tokens/s of its own offline way at "
+                f"{n} users{at_one}, so this pair does not price its front door")
+        if lv.mean_ttft_s is not None and lv.mean_ttft_s < off.first_token_s.median:
+            return head + (f": offline, the first tokens took {off.first_token_s.median:.2f} s, "
+                           f"through the server {lv.mean_ttft_s:.2f} s")
+        return head
     head = f"{of(r.way)} server kept {door:.2f}x of its engine's offline speed at {n} users{at_one}"
     split = costs(r, n, res.max_tokens)
     if not split:
         return head
     parts = ", ".join(f"{name} {value:+.2f} s" for name, value in split.items())
-    largest = max(split, key=split.get)
     if door >= KEPT:
         return head + f": the front door costs it little (a request against offline: {parts})"
-    return head + (f". A request against offline: {parts}: most of the loss is its "
-                   f"{largest}")
+    later = {name: value for name, value in split.items() if value > 0}
+    if not later:
+        return head + (f". A request against offline: {parts}: no part of a request came "
+                       "later, so the loss is between the requests (their arrivals spread out)")
+    largest = max(later, key=later.get)
+    share = later[largest] / sum(later.values())
+    return head + f". A request against offline: {parts}: " + (
+        f"most of the loss is its {largest}" if share > 0.5 else
+        f"its {largest} the largest part ({share:.0%} of what came later)")
 
 
 def scaling_line(res: ThreeServers) -> str | None:

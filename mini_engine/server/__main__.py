@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from mini_engine.server.metrics import ServerMetrics
 
     try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
         config = EngineConfig(
             kv_bytes=args.kv_cache_memory_bytes, page_size=args.block_size,
             max_batch=args.max_num_seqs, max_model_len=args.max_model_len, seed=args.seed,
@@ -97,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --model {args.model} is not a Llama this engine reads (no {e})",
               file=sys.stderr)
         return 2
+    except OSError as e:         # no tokenizer, no safetensors, a file it cannot read
+        print(f"error: --model {args.model}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     engine.warm_up()
     name = args.served_model_name or args.model
     cache = {"block_size": str(config.page_size), "num_gpu_blocks": str(engine.num_pages),
@@ -107,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
              "kv_cache_max_concurrency": f"{engine.num_pages * config.page_size / config.max_model_len:.2f}"}
     metrics = ServerMetrics(name, cache, spec_decode=config.num_speculative_tokens > 0)
     stepper = AsyncEngine(engine, metrics)
-    app = build_app(stepper, AutoTokenizer.from_pretrained(str(folder)), name,
-                    config.max_model_len)
+    app = build_app(stepper, tokenizer, name, config.max_model_len)
     used = ", ".join(f"{k} {v}" for k, v in engine.kernels_used().items())
     print(f"mini_engine serving {name} on http://{args.host}:{args.port} "
           f"({engine.model.dtype_name}, {engine.num_pages} KV pages of {config.page_size} "
@@ -139,8 +142,15 @@ def serve(stepper, http) -> int:
         stepper.close()          # the requests still open end now, with an error event
         http.should_exit = True
         thread.join(timeout=10)
-    return 0 if http.started else 1
+    if stepper.failed:
+        print(f"error: {stepper.failed} (the traceback above); the server stopped",
+              file=sys.stderr)
+    return 0 if http.started and not stepper.failed else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:     # Ctrl-C while the model loads: nothing to stop yet
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

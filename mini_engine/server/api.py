@@ -60,7 +60,7 @@ class Sampling(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: StrictStr
     max_tokens: StrictInt | None = None
-    temperature: float = 1.0
+    temperature: float | None = None     # None: OpenAI's default, 1
     stop: StrictStr | list[StrictStr] | None = None
     stream: bool = False
     stream_options: dict | None = None
@@ -71,7 +71,8 @@ class Sampling(BaseModel):
         """The first option asked for at a value mini_engine cannot honour."""
         for name, neutral in NEUTRAL.items():
             value = (self.model_extra or {}).get(name, neutral)
-            if value != neutral and not (name == "top_k" and value == 0):
+            # top_k 0 and logprobs false say "none" too, in vLLM's and the chat API's words
+            if value != neutral and (name, value) not in (("top_k", 0), ("logprobs", False)):
                 return name
         return None
 
@@ -98,6 +99,8 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
         yield
 
     app = FastAPI(title="mini_engine", lifespan=lifespan)
+    # the ids both the tokenizer and the model's embedding know
+    vocab_size = min(len(tokenizer), engine.engine.model.shape.vocab_size)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_, exc: RequestValidationError):
@@ -136,9 +139,9 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
                              name)
         if not prompt_ids:
             raise BadRequest("the prompt is empty", "prompt")
-        if any(not 0 <= t < len(tokenizer) for t in prompt_ids):
+        if any(not 0 <= t < vocab_size for t in prompt_ids):
             raise BadRequest(f"a token id of the prompt is outside the vocabulary (0 to "
-                             f"{len(tokenizer) - 1})", "prompt")
+                             f"{vocab_size - 1})", "prompt")
         if max_tokens is None:                      # vLLM's default: as many as fit
             max_tokens = max_model_len - len(prompt_ids)
         if max_tokens < 1:
@@ -148,8 +151,9 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
                              f"However, you requested {len(prompt_ids) + max_tokens} tokens "
                              f"({len(prompt_ids)} in the prompt, {max_tokens} in the "
                              "completion).", "max_tokens")
-        if not 0.0 <= body.temperature <= 2.0:
-            raise BadRequest(f"temperature must be in [0, 2], got {body.temperature}.",
+        temperature = 1.0 if body.temperature is None else body.temperature
+        if not 0.0 <= temperature <= 2.0:
+            raise BadRequest(f"temperature must be in [0, 2], got {temperature}.",
                              "temperature")
         if not 0 <= body.min_tokens <= max_tokens:
             raise BadRequest(f"min_tokens must be in [0, max_tokens], got {body.min_tokens}.",
@@ -157,7 +161,7 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
         if engine.error:
             raise BadRequest(engine.error, None, 503)
         return Request(prompt_ids, max_tokens, max_tokens if body.ignore_eos else body.min_tokens,
-                       body.temperature)
+                       temperature)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionBody, http: HttpRequest):
@@ -183,7 +187,7 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
 
     async def answer(http: HttpRequest, body: Sampling, request: Request, shape: "Answer"):
         stop = [body.stop] if isinstance(body.stop, str) else body.stop or []
-        detok = Detokenizer(tokenizer, request.prompt_ids, stop)
+        detok = Detokenizer(tokenizer, request.prompt_ids, stop, body.min_tokens)
         try:
             engine.add(request)
         except EngineDead as e:
@@ -204,8 +208,9 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
             num_tokens += len(out.token_ids)
             text = detok.add(out.token_ids, finished=out.finish_reason is not None)
             reason = out.finish_reason
-            if detok.stopped and reason is None:
-                engine.abort(request)
+            if detok.stopped:            # a stop string: "stop", whatever else ended it
+                if reason is None:
+                    engine.abort(request, "stop")
                 reason = "stop"
             yield text, reason, num_tokens
             if reason:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import time
+import traceback
 from dataclasses import dataclass, field
 
 from mini_engine.engine import LLMEngine
@@ -63,10 +64,12 @@ class EngineDead(RuntimeError):
 class AsyncEngine:
     def __init__(self, engine: LLMEngine, metrics: ServerMetrics):
         self.engine, self.metrics = engine, metrics
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()   # ("add" | "abort" | "stop", Request)
+        # ("add", Request), ("abort", Request, reason) or ("stop", None)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.active: dict[int, Request] = {}                  # by id(request), in the engine
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.error: str | None = None
+        self.error: str | None = None      # why new requests are refused (None: they are not)
+        self.failed: str | None = None     # a step failed: why
 
     # --- the event loop's side ----------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -82,9 +85,10 @@ class AsyncEngine:
             raise EngineDead(self.error)
         self.inbox.put(("add", request))
 
-    def abort(self, request: Request) -> None:
-        """The request is over before its end (its client left, or a stop string ended it)."""
-        self.inbox.put(("abort", request))
+    def abort(self, request: Request, reason: str = "abort") -> None:
+        """The request is over before its end: its client left ("abort"), or a stop string
+        ended it ("stop", as /metrics counts it)."""
+        self.inbox.put(("abort", request, reason))
 
     # --- the step loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -101,20 +105,33 @@ class AsyncEngine:
                         pass
                 while not self.inbox.empty():
                     items.append(self.inbox.get())
-                if any(kind == "stop" for kind, _ in items):
+                if any(kind == "stop" for kind, *_ in items):
+                    for item in items:            # back in the inbox: close() answers them
+                        self.inbox.put(item)
                     return
-                for kind, request in items:
-                    (self._add if kind == "add" else self._abort)(request)
+                for kind, request, *reason in items:
+                    if kind == "add":
+                        self._add(request)
+                    else:
+                        self._abort(request, *reason)
                 self._update_gauges()         # an abort frees pages even with no step after it
                 if self.engine.scheduler.has_work:
                     self._step()
-        except Exception as e:   # a failed step: tell every request, refuse new ones
-            self.close(f"the engine failed: {type(e).__name__}: {e}")
+        except Exception as e:   # a failed step: every request is told, the server stops
+            traceback.print_exc()
+            self.failed = f"the engine failed: {type(e).__name__}: {e}"
+            self.close(self.failed)
 
     def close(self, why: str = "the server is shutting down") -> None:
-        """No more steps: every request still running ends with this error, new ones are refused."""
+        """No more steps: every request still running or still in the inbox ends with this error;
+        new ones are refused."""
         self.error = why
-        self._send([(r, Output([], "abort", why)) for r in self.active.values()])
+        waiting = []
+        while not self.inbox.empty():
+            kind, request, *_ = self.inbox.get()
+            if kind == "add":
+                waiting.append(request)
+        self._send([(r, Output([], "abort", why)) for r in [*self.active.values(), *waiting]])
         self.active.clear()
 
     def _add(self, request: Request) -> None:
@@ -125,11 +142,11 @@ class AsyncEngine:
         self.active[id(request)] = request
         self.metrics.prompt_tokens.inc(len(request.prompt_ids))
 
-    def _abort(self, request: Request) -> None:
+    def _abort(self, request: Request, reason: str = "abort") -> None:
         if self.active.pop(id(request), None) is None:
             return                    # it had finished already
         self.engine.abort(request.seq)
-        self._leave(request, "abort")
+        self._leave(request, reason)
 
     def _leave(self, request: Request, reason: str) -> None:
         """The request is done: the engine forgets it, and /metrics counts it."""

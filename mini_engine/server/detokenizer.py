@@ -8,9 +8,10 @@ it is the decode of a window of tokens, and what that decode adds over the same 
 the newest tokens. While the newest tokens end in the middle of a character the decode ends in
 U+FFFD, and the new text waits for the rest of it: no client sees a broken character.
 
-Stop strings end a request where they occur, and are not part of its text (OpenAI's `stop`).
-While a request may still be growing into one, the last len(stop) - 1 characters are held back,
-so a client never sees the start of a stop string that later turns out to be one.
+Stop strings end a request where they occur, and are not part of its text (OpenAI's `stop`),
+once it has made min_tokens tokens (vLLM's rule: the text of its first min_tokens tokens is not
+searched). While a request may still be growing into one, the last len(stop) - 1 characters are
+held back, so a client never sees the start of a stop string that later turns out to be one.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ PROMPT_CONTEXT = 5           # prompt tokens decoded before the first new one (v
 
 
 class Detokenizer:
-    def __init__(self, tokenizer, prompt_ids: list[int], stop: list[str] = ()):
+    def __init__(self, tokenizer, prompt_ids: list[int], stop: list[str] = (),
+                 min_tokens: int = 0):
         self.tokenizer = tokenizer
         self.ids = list(prompt_ids[-PROMPT_CONTEXT:])
         # ids[prefix:read] was decoded already; ids[read:] are the tokens not yet in the text
@@ -30,6 +32,7 @@ class Detokenizer:
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.stopped = False    # a stop string was found: the request is over
+        self.min_tokens, self.num_tokens = min_tokens, 0
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -48,7 +51,10 @@ class Detokenizer:
         start = len(self.text)
         for token_id in token_ids:
             self._add(token_id)
-            if self.stop and self._cut_at_stop(start):
+            self.num_tokens += 1
+            if self.num_tokens <= self.min_tokens:
+                start = len(self.text)        # no stop string is looked for in this text
+            elif self.stop and self._cut_at_stop(start):
                 break
         done = finished or self.stopped
         end = len(self.text) if done else max(self.num_sent, len(self.text) - self.hold)

@@ -60,8 +60,8 @@ class ServerMetrics:
         self.finished = {reason: success.labels(**labels, finished_reason=reason)
                          for reason in FINISH_REASONS}
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                     sorted([*cache_info, *names]), registry=self.registry)
-        info.labels(**cache_info, **labels).set(1)
+                     sorted([*cache_info, "engine"]), registry=self.registry)   # as vLLM's
+        info.labels(**cache_info, engine="0").set(1)
         self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = None
         if spec_decode:    # vLLM exports these only when speculation is on
             self.spec_drafts = one(Counter, "vllm:spec_decode_num_drafts", "Number of spec "

@@ -72,6 +72,16 @@ def series(srv) -> dict[str, float]:
     return metrics.parse(metrics.fetch(srv.base_url))
 
 
+def finished(srv, reason: str) -> float:
+    """vllm:request_success_total{finished_reason=reason}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return next(sample.value for family in text_string_to_metric_families(
+                    metrics.fetch(srv.base_url)) for sample in family.samples
+                if sample.name == "vllm:request_success_total"
+                and sample.labels["finished_reason"] == reason)
+
+
 def wait_for(condition, timeout_s: float = 30):
     """condition() true, polled (the event, not a fixed wait); fails after timeout_s."""
     deadline = time.monotonic() + timeout_s
@@ -127,17 +137,25 @@ def test_chat_goes_through_the_models_template(mini):
 
 def test_a_stop_string_ends_the_request_where_it_occurs(mini):
     """The greedy text without a stop, then with a piece of its middle as the stop string:
-    the answer is the text before it, whole and streamed, finish_reason "stop"."""
-    full = complete(mini, "Once upon a time", 40, min_tokens=40)["choices"][0]["text"]
+    the answer is the text before it, whole and streamed, finish_reason "stop", and /metrics
+    counts it as stopped; with min_tokens past it the stop string is not looked for (vLLM's
+    rule), and the text is whole."""
+    hold = {"ignore_eos": True}              # EOS held off, the stop strings still looked for
+    full = complete(mini, "Once upon a time", 40, **hold)["choices"][0]["text"]
     stop = full[12:15]
     expected = full[:full.index(stop)]
-    cut = complete(mini, "Once upon a time", 40, min_tokens=40, stop=[stop])
+    stopped = finished(mini, "stop")
+    cut = complete(mini, "Once upon a time", 40, stop=[stop], **hold)
     assert cut["choices"][0]["text"] == expected
     assert cut["choices"][0]["finish_reason"] == "stop"
     chunks = stream(mini, {"model": NAME, "prompt": "Once upon a time", "max_tokens": 40,
-                           "min_tokens": 40, "temperature": 0, "stop": stop})
+                           "temperature": 0, "stop": stop, **hold})
     assert "".join(c["choices"][0]["text"] for c in chunks) == expected
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    wait_for(lambda: idle(mini))
+    assert finished(mini, "stop") - stopped == 2
+    late = complete(mini, "Once upon a time", 40, stop=[stop], min_tokens=40)
+    assert late["choices"][0]["text"] == full and late["choices"][0]["finish_reason"] == "length"
 
 
 # --- /metrics: vLLM's names, read by the lab's own parser ---------------------------------------
@@ -194,15 +212,14 @@ def test_50_clients_that_leave_mid_stream_leave_nothing_running(mini):
             await asyncio.gather(*(leave_after_first_chunk(session, mini.base_url, i)
                                    for i in range(50)))
 
-    aborted = series(mini).get("vllm:request_success_total", 0)
+    aborted = finished(mini, "abort")
     asyncio.run(clients())
     wait_for(lambda: (s := metrics.snapshot(metrics.fetch(mini.base_url), 0)).running == 0
              and s.kv_usage == 0.0)
     text = metrics.fetch(mini.base_url)
     snap = metrics.snapshot(text, 0)
     assert snap.running == snap.waiting == 0 and snap.kv_usage == 0.0
-    assert 'finished_reason="abort"' in text
-    assert series(mini)["vllm:request_success_total"] - aborted == 50
+    assert finished(mini, "abort") - aborted == 50
 
 
 # --- bad requests: 400 (404 for a model it does not serve) and the neighbour goes on --------------

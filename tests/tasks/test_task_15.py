@@ -96,6 +96,31 @@ def test_the_insight_s_other_branches():
     assert_says(task_15_report.insights(record)[0], branch="(one pass each)")
 
 
+def test_where_the_loss_went_is_named_only_as_far_as_the_figures_go():
+    record = hand_result()
+    vllm = record.servers[0]
+    vllm.levels[1].engine_itl_s = 0.051      # steps (51 - 50) x 49 = 0.049, HTTP 0.196
+    vllm.levels[1].mean_tpot_s = 0.055
+    vllm.levels[1].mean_ttft_s = 0.25        # first token +0.15: 0.15 of 0.395, 38 %
+    assert_says(task_15_report.insights(record)[1], "first token +0.15 s", "steps +0.05 s",
+                "HTTP and streaming +0.20 s",
+                branch="its HTTP and streaming the largest part (50% of what came later)",
+                not_branch="most of the loss")
+    vllm.levels[1].mean_ttft_s, vllm.levels[1].engine_itl_s = 0.05, 0.049
+    vllm.levels[1].mean_tpot_s = 0.049       # every part at or under offline
+    assert_says(task_15_report.insights(record)[1], branch="no part of a request came later",
+                not_branch=("most of the loss", "the largest part"))
+
+
+def test_a_level_with_failed_requests_prices_nothing():
+    record = hand_result()
+    vllm = record.servers[0]
+    vllm.levels[1].num_ok, vllm.levels[1].tokens_per_s = 0, 0.0     # every request failed
+    assert vllm.door(20) is None and vllm.door_range(20) is None
+    lines = task_15_report.insights(record)
+    assert not any(line.startswith("At 20 users") or line.startswith("vLLM's") for line in lines)
+
+
 def test_the_report_and_figure_print_from_the_record(capsys):
     record = hand_result()
     task_15_report.print_report(record)

@@ -264,6 +264,24 @@ def print_table(res: dict[str, results.Result], stale: dict[str, str]
 
 
 # --- the same thing measured twice in one run -------------------------------------------------
+def front_door(fifteen) -> str | None:
+    """Task 15's one request through vLLM's server against its engine offline (None: not
+    measured): the same request, minutes apart, so what the server adds, measured apart."""
+    run = fifteen.server("vLLM") if fifteen else None
+    one = min(fifteen.users) if fifteen else 0
+    if run is None or run.door(one) is None:
+        return None
+    door, span, offline = run.door(one), run.door_range(one), run.offline_at(one)
+    inside = span is not None and span[0] <= 1 <= span[1]
+    return (f"One request through vLLM's server against LLM.generate, task 15 (the same "
+            f"request, minutes apart): {run.level(one).tokens_per_s:.1f} against "
+            f"{offline.text()} tok/s, {door:.2f}x"
+            + (f" ({span[0]:.2f}-{span[1]:.2f})" if span else "")
+            + (": the server added nothing measurable to one request." if inside else
+               f": the server cost one request {1 - door:.0%} of its speed." if door < 1 else
+               ": the server's request was the faster."))
+
+
 # Two figures without spreads (one pass, or a best pass) are told apart only past the machine's
 # drift: its speed moves by a fifth within minutes (docs/measurements.md).
 DRIFT = 0.2
@@ -273,9 +291,10 @@ def cross_checks(res: dict[str, results.Result]) -> list[str]:
     """One line per pair of figures this run measured of the same thing: do they agree, and
     which one the lab's figure used. Only pairs whose steps both ran."""
     lines = []
-    two, six, nine, thirteen = (res.get(name) for name in (
+    two, six, nine, thirteen, fifteen = (res.get(name) for name in (
         "task_2_vllm_inference", "task_6_multi_user_load", "task_9_build_your_own_engine",
-        "task_13_compiled_step"))
+        "task_13_compiled_step", "task_15_serve_your_engine"))
+    door = front_door(fifteen)
     alone = six.alone if six else None
     if alone and alone.sequential:
         verdict = "agree" if alone.agree else "DISAGREE"
@@ -289,10 +308,14 @@ def cross_checks(res: dict[str, results.Result]) -> list[str]:
                      f"task 6's 1-user level over HTTP {alone.level.text()} tok/s: "
                      + ("they agree." if same else
                         f"they DISAGREE, by {spread.median / alone.level.median:.2f}x: "
-                        + ("the server's request was the slower; what it adds (HTTP, "
-                           "streaming, its loop) was not measured apart." if
-                           spread.median > alone.level.median else
+                        + (("the server's request was the slower; what the server adds "
+                            "(HTTP, streaming, its loop) " + ("task 15 measured apart (below)."
+                                                              if door else
+                                                              "was not measured apart."))
+                           if spread.median > alone.level.median else
                            "the server's request was the faster; why was not measured.")))
+    if door:
+        lines.append(door)
     ratio_9 = nine.engine_over_vllm_spread if nine else None
     ratio_13 = thirteen.over_vllm("eager") if thirteen else None
     if ratio_9 and ratio_13:

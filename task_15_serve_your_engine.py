@@ -19,7 +19,7 @@ pool the same bytes in the same pages. The servers: lessons/task_15/servers.py; 
 lessons/task_15/record.py; the report: lessons/task_15/report.py.
 
     python task_15_serve_your_engine.py [--users 1,5,10,20] [--max-tokens 50] [--passes 3]
-        [--servers vLLM,mini_engine,transformers] [--port 8000] [--kernels c]
+        [--servers vLLM,mini_engine,transformers] [--no-offline] [--port 8000] [--kernels c]
         [--model M] [--dtype auto|bfloat16|float32]
 """
 from __future__ import annotations
@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--passes", type=cli.positive_int, default=measure.PASSES,
                        help=f"passes of every level and of offline, taking turns (default "
                             f"{measure.PASSES})")
+    group.add_argument("--no-offline", action="store_true",
+                       help="skip each engine's offline run (part 3: the front door unpriced)")
     group.add_argument("--servers", default=",".join(WAYS),
                        help=f"which servers, in order (default {','.join(WAYS)})")
     group.add_argument("--port", type=cli.port_number, default=settings.SERVER_PORT,
@@ -118,7 +120,8 @@ def measure_server(way: str, args, model, dtype: str, s: Settings) -> ServerRun:
                     sdk_call=call, levels=levels,
                     spreads=[measure.Spread.of(lv.tokens_per_s for lv in p) for p in passes],
                     timeline=Timeline.of(max(levels, key=lambda lv: lv.num_users)))
-    run_offline(run, model.path, dtype, sorted({min(args.users), max(args.users)}), args)
+    if not args.no_offline:
+        run_offline(run, model.path, dtype, sorted({min(args.users), max(args.users)}), args)
     return run
 
 

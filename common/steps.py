@@ -132,12 +132,13 @@ STEPS: list[Step] = [
     Step("task_14_quantized_kv.py", "14", "Quantized KV cache",
          args=("--port", PORT), quick_args=("--quick",), own_engines=True),
     # task 15 runs three servers one at a time (vLLM's on the lab's port), each then its engine
-    # offline in a fresh process, and stops each; --quick: 2 levels of 10 tokens, one pass, and
-    # not vLLM's (its server and its offline engine run in tasks 5-14's quick steps already)
+    # offline in a fresh process, and stops each; --quick: 2 levels of 10 tokens, one pass,
+    # not vLLM's (tasks 5-14's quick steps run its server and its offline engine already), and
+    # no offline runs (tests/tasks/test_task_15.py runs each offline way on the tiny model)
     Step("task_15_serve_your_engine.py", "15", "Your engine behind a server",
          "vLLM's server only", args=("--port", PORT),
          quick_args=("--users", "1,20", "--max-tokens", "10", "--passes", "1",
-                     "--servers", "mini_engine,transformers"),
+                     "--servers", "mini_engine,transformers", "--no-offline"),
          own_engines=True),
 ]
 

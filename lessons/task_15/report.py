@@ -87,6 +87,9 @@ def print_levels(res: ThreeServers, runs: list[ServerRun]) -> None:
 
 def print_door(res: ThreeServers, runs: list[ServerRun]) -> None:
     report.section("3. WHAT THE FRONT DOOR COSTS")
+    if not any(r.offline or r.offline_error for r in runs):
+        report.note("Not measured: no engine ran offline (--no-offline).")
+        return
     counts = sorted({min(res.users), res.largest})
     rows = []
     for r in runs:
@@ -155,14 +158,16 @@ def print_report(res: ThreeServers) -> None:
 def insights(res: ThreeServers) -> list[str]:
     lines = []
     n = res.largest
-    mini, vllm = res.server("mini_engine"), res.server("vLLM")
-    if (mini and vllm and mini.level(n) and vllm.level(n) and mini.level(n).num_ok
-            and vllm.level(n).tokens_per_s > 0):
-        a, b = mini.level(n).tokens_per_s, vllm.level(n).tokens_per_s
-        sa, sb = mini.spread(n), vllm.spread(n)
+    mini = res.server("mini_engine")
+    # mini_engine's server against vLLM's, or against transformers' where vLLM's did not run
+    other = res.server("vLLM") or res.server("transformers")
+    if (mini and other and mini.level(n) and other.level(n) and mini.level(n).num_ok
+            and other.level(n).tokens_per_s > 0):
+        a, b = mini.level(n).tokens_per_s, other.level(n).tokens_per_s
+        sa, sb = mini.spread(n), other.spread(n)
         apart = sa.num_passes > 1 and not sa.agrees(sb)
-        lines.append(f"At {n} users mini_engine's server made {a:.0f} tokens/s, vLLM's "
-                     f"{b:.0f}: {a / b:.2f}x" + (
+        lines.append(f"At {n} users mini_engine's server made {a:.0f} tokens/s, "
+                     f"{of(other.way)} {b:.0f}: {a / b:.2f}x" + (
                          ", their passes apart" if apart else
                          ", within each other's passes: not told apart" if sa.num_passes > 1
                          else " (one pass each)"))
@@ -175,6 +180,9 @@ def insights(res: ThreeServers) -> list[str]:
     scaling = scaling_line(res)
     if scaling:
         lines.append(scaling)
+    if not any(r.offline for r in res.servers if not r.skipped) and lines:
+        lines.append("No engine ran offline (--no-offline), so what each front door costs "
+                     "was not measured")
     return lines or ["No server ran: nothing to compare"]
 
 

@@ -24,6 +24,7 @@ from lessons.task_6.record import LEVEL, Alone
 from lessons.task_8 import record as task8
 from lessons.verify_environment import record as verify_environment
 from tests import hand
+from tests.hand.task_15_serve_your_engine import record as task_15_record
 from tests.helpers import (SMOLLM, assert_fits, assert_says, level, row_value, run_script,
                            saved_result)
 
@@ -248,6 +249,29 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
                 "438.0", "436.8", "(1.00x)", branch=(apart, "vLLM made"),
                 not_branch=(inside, near))
     assert summary.cross_checks({}) == []                         # nothing ran: no line
+
+
+def test_task_15_measures_what_the_server_adds_to_one_request():
+    """Task 15's vLLM at 1 user, served 40.0 against offline 40.0 (35-45 and 35-45): 1.00x
+    (35/45 = 0.78 to 45/35 = 1.29): nothing measurable; task 2 against task 6 then points to
+    it instead of saying it was not measured."""
+    two = hand.fill(task2.VLLMInference, generated_tokens=50, pass_times_s=[1.6, 1.7, 1.8])
+    fifteen = task_15_record()
+    fifteen.servers[0].offline[0].tokens_per_s = measure.Spread(40.0, 35.0, 45.0, 3)
+    res = {"task_2_vllm_inference": two, "task_15_serve_your_engine": fifteen,
+           "task_6_multi_user_load": hand.fill(task6.MultiUserLoad, alone=alone(
+               (14.7, 14.0, 15.0), None))}
+    slower, door = summary.cross_checks(res)
+    assert_says(slower, "2.00x", branch="task 15 measured apart (below)",
+                not_branch="was not measured apart")
+    assert_says(door, "task 15", "40.0 against 40.0 (35.0-45.0, 3 passes) tok/s", "1.00x",
+                "(0.78-1.29)", branch="added nothing measurable",
+                not_branch=("cost one request", "was the faster"))
+    fifteen.servers[0].offline[0].tokens_per_s = measure.Spread(50.0, 49.0, 51.0, 3)
+    fifteen.servers[0].spreads[0] = measure.Spread(40.0, 39.0, 41.0, 3)
+    (door,) = summary.cross_checks({"task_15_serve_your_engine": fifteen})
+    assert_says(door, "0.80x", "(0.76-0.84)", branch="cost one request 20% of its speed",
+                not_branch="added nothing measurable")
 
 
 def test_the_servers_one_user_step_is_task_6s_baseline():

@@ -112,6 +112,19 @@ def test_where_the_loss_went_is_named_only_as_far_as_the_figures_go():
                 not_branch=("most of the loss", "the largest part"))
 
 
+def test_without_vllm_or_offline_the_insight_says_what_was_not_measured():
+    record = hand_result()
+    record.servers = record.servers[1:]                             # no vLLM: transformers
+    for run in record.servers:
+        run.offline = []
+    first, last = task_15_report.insights(record)
+    assert_says(first, "600", "transformers' 240", "2.50x", branch="their passes apart")
+    assert_says(last, branch="(--no-offline)")
+    for run in record.servers:
+        run.skipped = "no"
+    assert task_15_report.insights(record) == ["No server ran: nothing to compare"]
+
+
 def test_a_level_with_failed_requests_prices_nothing():
     record = hand_result()
     vllm = record.servers[0]
@@ -154,11 +167,23 @@ def test_bad_flags_get_one_line(args, message, capsys):
     assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("way", ["mini_engine", "transformers"])
+def test_each_engine_offline_makes_every_token(tiny_model, way):
+    """lessons/task_15/offline.py's ways on the tiny model, in this process: the requests all
+    at once, EOS held off (vLLM's way runs in make lab, and in tasks 2, 9 and 13 everywhere)."""
+    from lessons.task_15 import offline
+
+    make = offline.WAYS[way]
+    run = make(tiny_model, "float32", offline.Settings(), "torch") if way == "mini_engine" \
+        else make(tiny_model, "float32", offline.Settings())
+    assert run(["a", "b c", "d e f"], 5) == 15 and run(["x"], 1) == 1
+
+
 @pytest.mark.lab_steps("task_15_serve_your_engine")
 def test_task_15_on_the_real_model(lab_run):
     """The quick lab's task 15: mini_engine's server and transformers' (vLLM's is left out:
     tasks 5-14 run it) under 1 and 20 users, every request with its tokens, mini_engine's
-    /metrics read for its step, each engine offline."""
+    /metrics read for its step; no offline runs (--no-offline: the tiny-model test above)."""
     record = ThreeServers.from_dict(lab_run.saved(task15.SCRIPT))
     assert [r.way for r in record.servers] == ["mini_engine", "transformers"]
     for run in record.servers:
@@ -166,7 +191,7 @@ def test_task_15_on_the_real_model(lab_run):
         assert [(lv.num_users, lv.num_ok) for lv in run.levels] == [(1, 1), (20, 20)]
         assert all(lv.num_output_tokens == 10 * lv.num_users for lv in run.levels)
         assert run.sdk_call.completion_tokens == 10
-        assert [o.num_users for o in run.offline] == [1, 20]
+        assert run.offline == [] and run.door(20) is None
         assert len(run.timeline.sent_s) == 20
         has_metrics = run.way != "transformers"
         if has_metrics:       # a chunk a step, one token each; transformers streams its own way

@@ -176,7 +176,9 @@ def test_each_engine_offline_makes_every_token(tiny_model, way):
     make = offline.WAYS[way]
     run = make(tiny_model, "float32", offline.Settings(), "torch") if way == "mini_engine" \
         else make(tiny_model, "float32", offline.Settings())
-    assert run(["a", "b c", "d e f"], 5) == 15 and run(["x"], 1) == 1
+    # one call: generate_batch starts its batching thread at each, which on a test worker's
+    # one core took 7 s a call (docs/tests.md)
+    assert run(["a", "b c", "d e f"], 5) == 15
 
 
 @pytest.mark.lab_steps("task_15_serve_your_engine")

@@ -134,7 +134,7 @@ STEPS: list[Step] = [
     # task 15 runs three servers one at a time (vLLM's on the lab's port), each then its engine
     # offline in a fresh process, and stops each; --quick: 2 levels of 10 tokens, one pass,
     # not vLLM's (tasks 5-14's quick steps run its server and its offline engine already), and
-    # no offline runs (tests/tasks/test_task_15.py runs each offline way on the tiny model)
+    # no offline runs (tests/tasks/test_task_15.py runs mini_engine's on the tiny model)
     Step("task_15_serve_your_engine.py", "15", "Your engine behind a server",
          "vLLM's server only", args=("--port", PORT),
          quick_args=("--users", "1,20", "--max-tokens", "10", "--passes", "1",

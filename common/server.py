@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import psutil
@@ -207,9 +208,9 @@ def running_server(port: int) -> Server | None:
                   _read_state(port)["pid"], config, str(log_path(config.port)))
 
 
-def _log_tail(port: int) -> str:
+def _log_tail(path) -> str:
     try:
-        lines = log_path(port).read_text(errors="replace").splitlines()
+        lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
     return "\n".join(lines[-LOG_TAIL_LINES:])
@@ -234,36 +235,44 @@ def _quiet(line: str) -> None:
     """The default progress callback: say nothing."""
 
 
-def _start(config: ServerConfig, timeout_s: float,
-           progress: Callable[[str], None] = _quiet) -> tuple[int, float]:
-    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind.
-    Every 10 s of waiting is one progress line ('... still starting (20 s)')."""
-    proc = launch(config)
-    base_url = base_url_of(config)
-    start = time.perf_counter()
+def wait_until_healthy(proc: subprocess.Popen, base_url: str, what: str, log, timeout_s: float,
+                       progress: Callable[[str], None] = _quiet) -> float:
+    """Seconds until the server proc started answers /health; a ServerError with the last lines
+    of its log when it exits or is not ready after timeout_s. SIGTERM is taken as Ctrl-C while
+    it waits, so a caller's cleanup runs either way. Every 10 s of waiting is one progress line
+    ('... still starting (20 s)'). For the lab's vLLM server and for task 15's other two."""
+    start, next_note = time.perf_counter(), 10
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        next_note = 10
         while not healthy(base_url):
             elapsed = time.perf_counter() - start
             if proc.poll() is not None:
-                raise ServerError(f"the vLLM server exited with code {proc.returncode} while "
-                                  f"starting; last lines of {log_path(config.port)}:\n"
-                                  f"{_log_tail(config.port)}")
+                raise ServerError(f"the {what} server exited with code {proc.returncode} while "
+                                  f"starting; last lines of {log}:\n{_log_tail(log)}")
             if elapsed > timeout_s:
-                raise ServerError(f"the vLLM server was not ready after {timeout_s:.0f} s; last "
-                                  f"lines of {log_path(config.port)}:\n{_log_tail(config.port)}")
+                raise ServerError(f"the {what} server was not ready after {timeout_s:.0f} s; last "
+                                  f"lines of {log}:\n{_log_tail(log)}")
             if elapsed >= next_note:
                 progress(f"... still starting ({elapsed:.0f} s)")
                 next_note += 10
-            time.sleep(0.5)
+            time.sleep(0.3)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return time.perf_counter() - start
+
+
+def _start(config: ServerConfig, timeout_s: float,
+           progress: Callable[[str], None] = _quiet) -> tuple[int, float]:
+    """Start the server and wait for /health; Ctrl-C or a failure leaves no process behind."""
+    proc = launch(config)
+    try:
+        startup_s = wait_until_healthy(proc, base_url_of(config), "vLLM", log_path(config.port),
+                                       timeout_s, progress)
     except BaseException:   # ServerError, Ctrl-C, SIGTERM: stop what we started
         kill_group(proc.pid)
         _state_path(config.port).unlink(missing_ok=True)
         raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return proc.pid, time.perf_counter() - start
+    return proc.pid, startup_s
 
 
 def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S,

@@ -146,9 +146,8 @@ def print_scaling(res: ThreeServers, runs: list[ServerRun]) -> None:
 
 
 def print_report(res: ThreeServers) -> None:
-    runs = [r for r in res.servers]
-    ran = [r for r in runs if not r.skipped]
-    print_calls(runs)
+    ran = [r for r in res.servers if not r.skipped]
+    print_calls(res.servers)
     print_levels(res, ran)
     print_door(res, ran)
     print_scaling(res, ran)

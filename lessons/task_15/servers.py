@@ -11,10 +11,8 @@ server folder; whatever started it stops it, also on Ctrl-C, and nothing is left
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -89,31 +87,14 @@ class Started:
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env,
                                          start_new_session=True, cwd=settings.REPO_DIR)
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
-            self._wait()
-        except BaseException:
+            self.startup_s = server.wait_until_healthy(
+                self.proc, self.base_url, self.way, self.log_path, self.timeout_s,
+                lambda line: self.progress(f"  {line}"))
+        except BaseException:        # ServerError, Ctrl-C, SIGTERM: stop what was started
             self.stop()
             raise
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         return self
-
-    def _wait(self) -> None:
-        start, next_note = time.perf_counter(), 10
-        while not server.healthy(self.base_url):
-            elapsed = time.perf_counter() - start
-            if self.proc.poll() is not None or elapsed > self.timeout_s:
-                why = (f"exited with code {self.proc.returncode}" if self.proc.poll() is not None
-                       else f"was not ready after {self.timeout_s:.0f} s")
-                tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
-                raise server.ServerError(f"the {self.way} server {why}; last lines of "
-                                         f"{self.log_path}:\n{tail}")
-            if elapsed >= next_note:
-                self.progress(f"  ... still starting ({elapsed:.0f} s)")
-                next_note += 10
-            time.sleep(0.3)
-        self.startup_s = time.perf_counter() - start
 
     def stop(self) -> None:
         if self.proc is not None:

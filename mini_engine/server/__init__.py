@@ -7,8 +7,9 @@ travels:
     api.py            the routes (FastAPI): a request checked, handed to the engine, and its
                       answer made from its output queue, whole or streamed; a client that
                       leaves aborts its request
-    async_engine.py   the step loop in a thread of its own, an inbox for new requests and
-                      aborts, and one output queue a request
+    async_engine.py   the step loop, apart from the event loop (in the main thread, uvicorn
+                      in a second), an inbox for new requests and aborts, and one output
+                      queue a request
     detokenizer.py    a request's text token by token: no broken character, stop strings
     metrics.py        /metrics under vLLM's names, so the lab's tools read both servers
 

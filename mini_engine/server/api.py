@@ -158,8 +158,6 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
         if not 0 <= body.min_tokens <= max_tokens:
             raise BadRequest(f"min_tokens must be in [0, max_tokens], got {body.min_tokens}.",
                              "min_tokens")
-        if engine.error:
-            raise BadRequest(engine.error, None, 503)
         return Request(prompt_ids, max_tokens, max_tokens if body.ignore_eos else body.min_tokens,
                        temperature)
 
@@ -190,7 +188,7 @@ def build_app(engine: AsyncEngine, tokenizer, model_name: str, max_model_len: in
         detok = Detokenizer(tokenizer, request.prompt_ids, stop, body.min_tokens)
         try:
             engine.add(request)
-        except EngineDead as e:
+        except EngineDead as e:          # the server is shutting down, or a step failed
             return error_json(str(e), 503)
         if body.stream:
             usage = bool((body.stream_options or {}).get("include_usage"))

@@ -50,7 +50,7 @@ class Request:
     temperature: float = 0.0
     arrival_s: float = field(default_factory=time.perf_counter)
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    seq: Sequence | None = None        # the engine's, once the engine thread has added it
+    seq: Sequence | None = None        # the engine's, once the step loop has added it
     num_sent: int = 0                  # output tokens handed to the queue
     num_drafts: int = 0                # guesses verified so far (for the speculation counters)
     admitted: bool = False             # its prompt counted in the prefix cache's lookups
@@ -70,6 +70,7 @@ class AsyncEngine:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: str | None = None      # why new requests are refused (None: they are not)
         self.failed: str | None = None     # a step failed: why
+        self.preemptions_seen = 0          # the scheduler's count /metrics has counted
 
     # --- the event loop's side ----------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -199,10 +200,8 @@ class AsyncEngine:
         self.metrics.running.set(scheduler.num_live)
         self.metrics.waiting.set(len(scheduler.waiting))
         self.metrics.kv_usage.set(pages.num_used / pages.num_pages)
-        self.metrics.preemptions.inc(scheduler.num_preemptions - self._preemptions_seen)
-        self._preemptions_seen = scheduler.num_preemptions
-
-    _preemptions_seen = 0
+        self.metrics.preemptions.inc(scheduler.num_preemptions - self.preemptions_seen)
+        self.preemptions_seen = scheduler.num_preemptions
 
     def _send(self, outputs: list[tuple[Request, Output]]) -> None:
         """Hand a step's outputs to their queues, in one call into the event loop."""

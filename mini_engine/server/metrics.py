@@ -1,6 +1,6 @@
 """/metrics: the engine's figures under vLLM's Prometheus names, types, labels and buckets, so
 that whatever reads vLLM's server (tasks 6-8, the dashboard, `vllm bench serve`) reads this
-one unchanged. Each figure is set by the engine's thread, where it happens: after each step
+one unchanged. Each figure is set by the step loop, where it happens: after each step
 (tokens, TTFT, inter-token gaps, the pool's use) and when a request ends.
 """
 from __future__ import annotations

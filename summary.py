@@ -264,6 +264,22 @@ def print_table(res: dict[str, results.Result], stale: dict[str, str]
 
 
 # --- the same thing measured twice in one run -------------------------------------------------
+def busy_server(six, fifteen) -> str | None:
+    """Task 6's largest level and task 15's same level of vLLM's server: the same requests to the
+    same server settings, measured in two steps of the run (None: not both measured)."""
+    run = fifteen.server("vLLM") if fifteen else None
+    if six is None or run is None or not six.levels or len(six.spreads) != len(six.levels):
+        return None
+    n = max(lv.num_users for lv in six.levels)
+    ours, theirs = six.spreads[[lv.num_users for lv in six.levels].index(n)], run.spread(n)
+    if theirs is None:
+        return None
+    return (f"{n} users through vLLM's server, task 6 {ours.text()} and task 15 "
+            f"{theirs.text()} tok/s: " + ("they agree." if ours.agrees(theirs) else
+                                          f"they DISAGREE, by {ours.median / theirs.median:.2f}x"
+                                          f" (two steps of the run, minutes apart)."))
+
+
 def front_door(fifteen) -> str | None:
     """Task 15's one request through vLLM's server against its engine offline (None: not
     measured): the same request, minutes apart, so what the server adds, measured apart."""
@@ -316,6 +332,9 @@ def cross_checks(res: dict[str, results.Result]) -> list[str]:
                            "the server's request was the faster; why was not measured.")))
     if door:
         lines.append(door)
+    busy = busy_server(six, fifteen)
+    if busy:
+        lines.append(busy)
     ratio_9 = nine.engine_over_vllm_spread if nine else None
     ratio_13 = thirteen.over_vllm("eager") if thirteen else None
     if ratio_9 and ratio_13:

@@ -251,6 +251,27 @@ def test_the_same_thing_measured_twice_is_compared_both_ways():
     assert summary.cross_checks({}) == []                         # nothing ran: no line
 
 
+def test_task_6_and_task_15_measure_vllm_s_server_at_20_users_the_same():
+    """Task 6's 20-user level (its spread) against task 15's vLLM at 20 users (345-355)."""
+    fifteen = task_15_record()
+    six = hand.fill(task6.MultiUserLoad, levels=[level(1, 40.0), level(20, 352.0)],
+                    spreads=[measure.Spread(40.0, 39.0, 41.0, 3),
+                             measure.Spread(352.0, 340.0, 360.0, 3)])
+    door, line = summary.cross_checks({"task_6_multi_user_load": six,   # door: the next test's
+                                       "task_15_serve_your_engine": fifteen})
+    assert_says(line, "20 users", "task 6 352.0 (340.0-360.0, 3 passes)",
+                "task 15 350.0 (345.0-355.0, 3 passes)", branch="they agree.",
+                not_branch="DISAGREE")
+    six.spreads[1] = measure.Spread(400.0, 390.0, 410.0, 3)
+    _, line = summary.cross_checks({"task_6_multi_user_load": six,
+                                    "task_15_serve_your_engine": fifteen})
+    assert_says(line, "400.0", "350.0", "1.14x", branch="they DISAGREE",
+                not_branch="they agree")
+    fifteen.servers = fifteen.servers[1:]                           # no vLLM in task 15
+    assert summary.cross_checks({"task_6_multi_user_load": six,
+                                 "task_15_serve_your_engine": fifteen}) == []
+
+
 def test_task_15_measures_what_the_server_adds_to_one_request():
     """Task 15's vLLM at 1 user, served 40.0 against offline 40.0 (35-45 and 35-45): 1.00x
     (35/45 = 0.78 to 45/35 = 1.29): nothing measurable; task 2 against task 6 then points to

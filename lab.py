@@ -74,6 +74,12 @@ def report_path(script: str) -> Path:
     return settings.results_dir() / f"{Path(script).stem}.txt"
 
 
+def detail_path(script: str) -> Path:
+    """results/<script>.detail.txt: what the step's report left out of the terminal (each pass,
+    each request), for results/report.html (common.report.detail)."""
+    return settings.results_dir() / f"{Path(script).stem}.detail.txt"
+
+
 def log_path(script: str) -> Path:
     """results/logs/<script>.log: what the step wrote to stderr (the libraries' progress bars
     and warnings), kept out of its report."""
@@ -115,10 +121,13 @@ def run_script(command: list[str], port: int) -> results.LabStepRun:
     """Run one script (its report goes to the terminal as it prints, and to results/<script>.txt;
     its stderr to results/logs/<script>.log) and measure it."""
     start = time.perf_counter()
+    detail = detail_path(command[0])
+    detail.unlink(missing_ok=True)
     # unbuffered: through a pipe, Python would hold the report back in blocks
     proc = subprocess.Popen([sys.executable, *command], cwd=settings.REPO_DIR,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                 report.DETAIL_TO: str(detail)})
     copier = threading.Thread(target=tee, args=(proc.stdout, report_path(command[0])),
                               daemon=True)
     errors = threading.Thread(target=keep_errors, daemon=True,

@@ -52,7 +52,7 @@ def one_request_line(gen: engine.Generation, baseline: Baseline) -> str:
     figures = (f"vLLM {gen.tokens_per_s:.1f} against HuggingFace {baseline.tokens_per_s:.1f} "
                "tok/s")
     passes = bool(ours and theirs and ours.num_passes > 1 and theirs.num_passes > 1)
-    if passes and ours.agrees(theirs):
+    if passes and ours.overlaps(theirs):
         verdict = "within each other's passes: the same speed"
     else:
         ratio = gen.tokens_per_s / baseline.tokens_per_s

@@ -82,7 +82,7 @@ def clients_line(raw: measure.Spread, sdk: measure.Spread) -> str:
             f"(medians of {raw.num_passes} passes, in turns)")
     if raw.num_passes < 2 or sdk.num_passes < 2:
         return line + ": one pass each, not told apart from the machine's drift"
-    if raw.agrees(sdk):
+    if raw.overlaps(sdk):
         return line + ": within each other's passes, so the SDK adds nothing measurable"
     return line + (f": apart by more than their passes; the SDK took "
                    f"{sdk.median / raw.median:.2f}x plain HTTP's time")

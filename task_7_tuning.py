@@ -179,7 +179,7 @@ def versus(x: ConfigRun, y: ConfigRun) -> str:
         return (f"{ny} made {y.level.tokens_per_s:.1f} tok/s against {nx}'s "
                 f"{x.level.tokens_per_s:.1f}, one pass each: no spread to tell them apart by")
     said = f"{ny} made {y.spread.text(unit=' tok/s')} against {nx}'s {x.spread.text()}"
-    if x.spread.agrees(y.spread):
+    if x.spread.overlaps(y.spread):
         return f"{said}: the spreads overlap, so {nx} and {ny} cannot be told apart on this machine"
     return (f"{said}: {ny} {'FASTER' if y.spread.median > x.spread.median else 'SLOWER'} than "
             f"{nx}, the spreads apart")

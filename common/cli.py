@@ -5,11 +5,22 @@ import argparse
 import sys
 from typing import NoReturn
 
-from common import settings
+from common import report, settings
 
 
 class LabArgumentParser(argparse.ArgumentParser):
-    """argparse, but an error is one line (`error: ...`), not a usage block."""
+    """argparse, but an error is one line (`error: ...`), not a usage block; and every script
+    takes --detail (common.report.detail: what a learner does not need to follow the lesson)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--detail", action="store_true",
+                          help="print the report in full: each pass, each request, every check")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        report.show_detail(parsed.detail)
+        return parsed, rest
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

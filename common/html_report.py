@@ -48,10 +48,11 @@ def sections() -> list[steps.Step]:
     return [*steps.STEPS, steps.SUMMARY]
 
 
-def report_text(name: str) -> str | None:
-    """The step's boxed report as printed in the last `make lab` (results/<name>.txt)."""
+def report_text(name: str, part: str = "") -> str | None:
+    """The step's boxed report as printed in the last `make lab` (results/<name>.txt); part
+    ".detail": what it left out of the terminal (results/<name>.detail.txt)."""
     try:
-        return (settings.results_dir() / f"{name}.txt").read_text(errors="replace")
+        return (settings.results_dir() / f"{name}{part}.txt").read_text(errors="replace")
     except OSError:
         return None
 
@@ -141,6 +142,10 @@ def folded_report(part: steps.Step, res: dict[str, results.Result], stale: dict[
                     'report as it runs; this result was saved by a run of its own).</p>')
     else:
         body.append(f"<pre>{html.escape(text)}</pre>")
+    more = report_text(part.name, ".detail")
+    if more:
+        body.append(f"<p>The detail its terminal left out (--detail prints it):</p>"
+                    f"<pre>{html.escape(more)}</pre>")
     return (f'<details id="{part.name}"><summary>{title}</summary>' + "".join(body)
             + "</details>")
 

@@ -5,9 +5,15 @@ take turns, pass by pass.
 Why the median: it is what a learner running the script will see, where the best pass says only
 what the code can do on a quiet machine. The machine's own ceilings (its memory bandwidth, its
 peak matmul) and kernels timed alone are the exception and take the best pass (best_s): a
-ceiling is what the machine can do, and a neighbour can only slow a pass down. The speed of these machines drifts by a fifth
-within minutes (docs/measurements.md), so two figures of the same thing are compared by their
-spreads (Spread.agrees), never by their medians alone.
+ceiling is what the machine can do, and a neighbour can only slow a pass down.
+
+Two questions, two rules:
+- two figures of one quantity, measured twice in one run (twins: one request alone in task 6's
+  1-user level and in its sequential requests), AGREE when their medians are within AGREE_WITHIN
+  of each other (Spread.agrees), whether or not their ranges touch;
+- two ways of doing the same work (two configurations, on and off) are told apart only where
+  the ranges of their passes do not overlap (Spread.overlaps): nothing measured separates them
+  otherwise.
 
 Ways that take turns (in_turns): each runs once untimed (the first pass of a process runs slower,
 whichever way it is), then every way runs again, one after another, for a number of rounds, so
@@ -40,6 +46,15 @@ from common.server import ServerError
 T = TypeVar("T")
 
 PASSES = 3          # passes of every figure that reaches a summary row or a KEY INSIGHT
+# Twins agree when their medians are within a tenth of each other: half the fifth by which these
+# machines drift within minutes (docs/measurements.md), so a gap of a fifth is always named.
+AGREE_WITHIN = 0.10
+
+
+def within(a: float, b: float, tolerance: float = AGREE_WITHIN) -> bool:
+    """a and b within tolerance of each other: the larger at most (1 + tolerance) x the smaller."""
+    low, high = sorted((a, b))
+    return high <= (1 + tolerance) * low
 
 
 @dataclass
@@ -59,7 +74,11 @@ class Spread(results.Record):
         return cls(statistics.median_low(values), values[0], values[-1], len(values))
 
     def agrees(self, other: "Spread") -> bool:
-        """The two ranges overlap: nothing measured tells the two figures apart."""
+        """Twins (one quantity measured twice): their medians are within AGREE_WITHIN."""
+        return within(self.median, other.median)
+
+    def overlaps(self, other: "Spread") -> bool:
+        """Two ways: their ranges overlap, so nothing measured tells them apart."""
         return self.low <= other.high and other.low <= self.high
 
     def scaled(self, factor: float) -> "Spread":

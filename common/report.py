@@ -14,10 +14,12 @@
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from common import settings
 
@@ -106,6 +108,87 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
         print("\n".join(fmt(r)))
 
 
+# --- the limits of a report a learner reads -----------------------------------------------------
+MAX_LINES = 100             # a report fits about two screens
+MAX_INSIGHT_LINES = 12      # its KEY INSIGHT, at most MAX_INSIGHT_BULLETS whole claims
+MAX_INSIGHT_BULLETS = 5
+
+# --- what a learner does not need to follow the lesson ----------------------------------------
+# `make lab` sets DETAIL_TO to results/<script>.detail.txt for each step: the report page shows
+# what went there below the report. --detail (every script has it: common.cli) prints it here.
+DETAIL_TO = "LAB_DETAIL_TO"
+_show_detail = False
+
+
+def show_detail(on: bool) -> None:
+    global _show_detail
+    _show_detail = on
+
+
+@contextlib.contextmanager
+def detail() -> Iterator[None]:
+    """What is printed inside goes to the terminal only with --detail; otherwise to the file
+    DETAIL_TO names (make lab: the report page), or nowhere. The figures stay in the JSON."""
+    if _show_detail:
+        yield
+        return
+    kept = io.StringIO()
+    with contextlib.redirect_stdout(kept):
+        yield
+    path = os.environ.get(DETAIL_TO)
+    if path and kept.getvalue():
+        with open(path, "a") as f:
+            f.write(kept.getvalue())
+
+
+def detail_hint() -> None:
+    """The report's last line where it left detail out."""
+    if not _show_detail:
+        note("More of this run (each pass, each request): --detail, or the report page.")
+
+
+# --- a term, said in a few words where the run first uses it ----------------------------------
+# Each is an entry of docs/glossary.md (tests/lab/test_layout.py checks), in a few words.
+TERMS = {
+    "prefill": "computing the prompt's tokens, all at once, before the first new token",
+    "decode step": "one forward pass that makes one new token for every running request",
+    "preemption": "a running request put back, its pages freed, when the KV cache runs out",
+    "p50 / p95": "the latency half / 95 % of the requests stayed under",
+    "PSS": "a process's memory, each shared page split among the processes sharing it",
+    "inductor": "torch.compile's code generator, which writes C++ and compiles it",
+    "oneDNN": "Intel's kernel library, which torch and vLLM call for CPU matmuls",
+    "SDPA": "torch's scaled_dot_product_attention, the reference attention kernel",
+    "teacher-forced": "the model reads a fixed text, not its own output",
+    "TTFT": "time to first token",
+    "TPOT": "time per output token, after the first",
+    "ITL": "inter-token latency, the gap between two streamed tokens",
+    "continuous batching": "requests join and leave the running batch at every step",
+    "static batching": "a batch starts together and ends when its longest request ends",
+    "chunked prefill": "a long prompt computed a budget's worth at a time",
+    "prefix caching": "full blocks of a prompt an earlier request computed are reused",
+    "speculative decoding": "guess k tokens cheaply, check them all in one step",
+    "perplexity": "exp of the mean negative log-probability of a fixed text",
+    "block": "a fixed run of token slots of the KV cache (the paper's page)",
+}
+TERMS_SAID = "terms_said.txt"       # in make lab: the terms an earlier report of the run defined
+_said: set[str] = set()
+
+
+def term(name: str) -> str:
+    """name, with its few words in brackets the first time this run (make lab: any report of
+    it; a script alone: this script) says it; name alone after that."""
+    path = settings.results_dir() / TERMS_SAID
+    in_lab = bool(os.environ.get(ONCE_A_RUN))
+    said = set(path.read_text().splitlines()) if in_lab and path.exists() else _said
+    if name in said:
+        return name
+    said.add(name)
+    if in_lab:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(sorted(said)))
+    return f"{name} ({TERMS[name]})"
+
+
 # `make lab` sets this, so that what ran is printed in full once and each later report says
 # only what differs; a script run alone prints it all.
 ONCE_A_RUN = "LAB_WHAT_RAN_ONCE"
@@ -116,8 +199,9 @@ def what_ran_path() -> Path:
 
 
 def forget_what_ran() -> None:
-    """A new `make lab`: its first report prints what ran in full again."""
+    """A new `make lab`: its first report prints what ran in full again, and defines its terms."""
     what_ran_path().unlink(missing_ok=True)
+    (settings.results_dir() / TERMS_SAID).unlink(missing_ok=True)
     os.environ[ONCE_A_RUN] = "1"       # for the steps it starts
 
 
@@ -144,6 +228,7 @@ def run_info(model, dtype, threads: int, **engine_settings: object) -> None:
 
 
 def insight(lines: Sequence[str]) -> None:
+    """The KEY INSIGHT: at most MAX_INSIGHT_BULLETS claims, each a whole sentence or two."""
     rule()
     print("KEY INSIGHT:")
     for line in lines:

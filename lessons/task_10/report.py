@@ -142,7 +142,7 @@ def insights(res: PrefixCaching) -> list[str]:
     small = abs(c_on.bookkeeping_s - c_off.bookkeeping_s) < 0.01 * c_on.duration_s
     if c_on.tokens_per_s_spread and c_off.tokens_per_s_spread:   # passes: their ranges decide
         how = f"median of {c_on.tokens_per_s_spread.num_passes} passes each"
-        is_noise = small and c_on.tokens_per_s_spread.agrees(c_off.tokens_per_s_spread)
+        is_noise = small and c_on.tokens_per_s_spread.overlaps(c_off.tokens_per_s_spread)
     else:                                # one run each: the gap against the bookkeeping's
         how = "one run each"
         is_noise = small and 0.01 * c_on.duration_s < abs(c_on.duration_s - c_off.duration_s)

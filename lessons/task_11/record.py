@@ -105,7 +105,7 @@ def compared(off, on, what: str) -> tuple[float, float, bool | None]:
     a, b = (getattr(r.passes, what) if r.passes else None for r in (off, on))
     if a is None or b is None or min(a.num_passes, b.num_passes) < 2:
         return getattr(off.latency, what), getattr(on.latency, what), None
-    return a.median, b.median, a.agrees(b)
+    return a.median, b.median, a.overlaps(b)
 
 
 @dataclass

@@ -164,7 +164,7 @@ def insights(res: ThreeServers) -> list[str]:
             and other.level(n).tokens_per_s > 0):
         a, b = mini.level(n).tokens_per_s, other.level(n).tokens_per_s
         sa, sb = mini.spread(n), other.spread(n)
-        apart = sa.num_passes > 1 and not sa.agrees(sb)
+        apart = sa.num_passes > 1 and not sa.overlaps(sb)
         lines.append(f"At {n} users mini_engine's server made {a:.0f} tokens/s, "
                      f"{of(other.way)} {b:.0f}: {a / b:.2f}x" + (
                          ", their passes apart" if apart else

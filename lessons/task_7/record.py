@@ -55,7 +55,7 @@ def is_compared(x: ConfigRun, y: ConfigRun) -> bool:
 def pair_row(x: ConfigRun, y: ConfigRun) -> str:
     """'A, B not told apart' (the spreads overlap) or 'B above A' / 'B below A'."""
     nx, ny = x.label[0], y.label[0]
-    if x.spread.agrees(y.spread):
+    if x.spread.overlaps(y.spread):
         return f"{nx}, {ny} not told apart"
     return f"{ny} {'above' if y.spread.median > x.spread.median else 'below'} {nx}"
 

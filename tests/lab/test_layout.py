@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from common import steps
+from common import report, steps
 from tests.helpers import REPO
 PACKAGES = ("common", "mini_engine", "lessons", "benchmarks", "tools")
 # A lesson's parts (lessons/task_<N>/) are named by their role, the same in every task...
@@ -429,3 +430,12 @@ def test_a_test_carries_its_xdist_group(request):
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not on an xdist worker with --dist loadgroup (pytest -n 0)")
     assert request.node.nodeid.endswith("@lab/test_layout.py"), request.node.nodeid
+
+
+def test_every_term_a_report_defines_is_a_glossary_entry():
+    """report.term's few words stand for an entry of docs/glossary.md, where the term is said in
+    full: each TERMS key is inside one entry's bold name."""
+    glossary = (REPO / "docs" / "glossary.md").read_text()
+    names = re.findall(r"^- \*\*(.+?)\*\*", glossary, flags=re.M)
+    for term in report.TERMS:
+        assert any(term in name for name in names), f"{term!r} is not in docs/glossary.md"

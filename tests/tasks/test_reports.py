@@ -423,3 +423,40 @@ def test_task5_first_request_and_clients_are_judged_by_the_passes():
     one = Spread(1.46, 1.46, 1.46, 1)
     assert_says(task5.clients_line(one, Spread(1.47, 1.47, 1.47, 1)), branch="one pass each",
                 not_branch=("nothing measurable", "apart by"))
+
+
+# --- one way to say a figure (common/fmt.py) and the lab's one tolerance for twins ---------------
+def test_twins_agree_by_their_medians_within_the_lab_tolerance_not_their_ranges():
+    """46.6 against 38.6 is 1.21x apart, over the 10 % tolerance, although the ranges touch;
+    100 against 105 is within it, although the ranges do not."""
+    from common import fmt, measure
+    a, b = Spread(46.6, 37.4, 48.7, 3), Spread(38.6, 36.0, 40.1, 20)
+    assert a.overlaps(b) and not a.agrees(b)
+    assert_says(fmt.twins(a, b, "tok/s"), "46.6 against 38.6 tok/s", "1.21x apart",
+                branch="DISAGREE", not_branch="agree (")
+    c, d = Spread(100.0, 99.0, 101.0, 3), Spread(105.0, 104.0, 106.0, 3)
+    assert not c.overlaps(d) and c.agrees(d)
+    assert_says(fmt.twins(c, d), "100.0 against 105.0", branch="they agree",
+                not_branch="DISAGREE")
+    assert measure.within(110.0, 100.0) and not measure.within(110.1, 100.0)
+    assert (fmt.times(1.234), fmt.ms(0.0213), fmt.secs(1.5), fmt.pct(0.374)) == \
+        ("1.23x", "21.3", "1.50", "37%")
+    assert fmt.times_range(Spread(1.65, 1.58, 1.71, 3), "static") == "1.65x static (1.58-1.71)"
+    assert fmt.ms(None) == fmt.times(None) == "-"
+
+
+def test_detail_reaches_the_terminal_only_when_asked(capsys, monkeypatch, tmp_path):
+    """Without --detail, what report.detail() holds goes to the file make lab names (the report
+    page), not the terminal; with it, to the terminal."""
+    from common import cli
+    kept = tmp_path / "x.detail.txt"
+    monkeypatch.setenv(report.DETAIL_TO, str(kept))
+    cli.LabArgumentParser().parse_args([])
+    with report.detail():
+        print("each pass")
+    assert "each pass" not in capsys.readouterr().out and kept.read_text() == "each pass\n"
+    cli.LabArgumentParser().parse_args(["--detail"])
+    with report.detail():
+        print("each pass")
+    assert "each pass" in capsys.readouterr().out
+    cli.LabArgumentParser().parse_args([])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import lab
 import summary
-from common import results, server, steps
+from common import report, results, server, steps
 from tests.helpers import REPO, assert_fits, processes_on_port, run_script, saved_result
 
 
@@ -184,15 +184,21 @@ def test_each_report_is_saved_for_the_report_page(whole_lab):
         assert (part.results_dir / "report.html").stat().st_size > 0
 
 
-def test_every_key_insight_has_at_most_five_bullets(whole_lab):
-    """A KEY INSIGHT a learner reads to the end: at most five bullets in every step's report."""
+def test_every_report_fits_two_screens_and_its_insight_twelve_lines(whole_lab):
+    """A report a learner reads to the end: at most report.MAX_LINES lines, the summary's
+    included; its KEY INSIGHT at most MAX_INSIGHT_BULLETS bullets in MAX_INSIGHT_LINES lines;
+    and a step that left detail out of the terminal kept it for the report page."""
     for part in whole_lab:
         for name in [Path(s["script"]).stem for s in part.saved("lab_run")["steps"]] + ["summary"]:
             text = (part.results_dir / f"{name}.txt").read_text()
+            assert len(text.splitlines()) <= report.MAX_LINES, (name, len(text.splitlines()))
             for block in text.split("KEY INSIGHT:\n")[1:]:
-                bullets = [line for line in block.split("\n=")[0].splitlines()
-                           if line.startswith("- ")]
-                assert 1 <= len(bullets) <= 5, (name, block)
+                lines = block.split("\n=")[0].splitlines()
+                bullets = [line for line in lines if line.startswith("- ")]
+                assert 1 <= len(bullets) <= report.MAX_INSIGHT_BULLETS, (name, block)
+                assert len(lines) <= report.MAX_INSIGHT_LINES, (name, block)
+            if "--detail" in text:
+                assert (part.results_dir / f"{name}.detail.txt").read_text().strip(), name
 
 
 def test_the_lab_leaves_no_process_on_its_ports(whole_lab):

@@ -14,12 +14,14 @@ import summary
 import task_7_tuning as task7
 from common import machine, measure, memory, results, settings, steps
 from common.load import LoadLevel
+from lessons.summary import report as printed
 from lessons.summary import roofline as rl
 from lessons.task_1 import record as task1
 from lessons.task_2 import record as task2
 from lessons.task_3 import record as task3
 from lessons.task_4 import record as task4
 from lessons.task_6 import record as task6
+from lessons.task_7 import record as task7_record
 from lessons.task_6.record import LEVEL, Alone
 from lessons.task_8 import record as task8
 from lessons.verify_environment import record as verify_environment
@@ -199,98 +201,94 @@ def test_ways_take_turns_and_the_median_pass_is_kept_whole():
     assert measure.Spread.of(p[1] for p in passes) == measure.Spread(20.0, 10.0, 40.0, 4)
 
 
-def test_the_same_thing_measured_twice_is_compared_both_ways():
-    """Each pair of figures of one thing is compared, and the line says which way it came out."""
-    two = hand.fill(task2.VLLMInference, generated_tokens=50,
-                    pass_times_s=[1.6, 1.7, 1.8])                  # 31.25, 29.4, 27.8 tok/s
-    agree = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
+def test_twins_are_compared_by_their_medians():
+    """Each quantity measured twice is compared by its medians (within measure.AGREE_WITHIN),
+    never because the ranges touch, and the line says which way it came out."""
+    agree = {"task_6_multi_user_load": hand.fill(
         task6.MultiUserLoad, alone=alone((30.0, 28.0, 31.0), (29.0, 25.0, 33.0)))}
-    lines = summary.cross_checks(agree)
-    assert len(lines) == 2
-    # the 1-user level, then the sequential requests; task 2's median pass against the level
-    assert_says(lines[0], "30.0 (28.0-31.0, 3 passes)", "29.0 (25.0-33.0, 20 requests)",
-                "the 1-user level", branch="tok/s agree", not_branch="DISAGREE")
-    assert_says(lines[1], "29.4 (27.8-31.2, 3 passes)", "30.0 (28.0-31.0, 3 passes)",
-                branch="they agree", not_branch=("DISAGREE", "the slower", "the faster"))
-    # the outlier of the AMX Xeon's run: a 1-user level at half the speed of its twin
-    apart = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
-        task6.MultiUserLoad, alone=alone((14.7, 14.0, 15.0), (34.0, 33.0, 35.0)))}
-    lines = summary.cross_checks(apart)
-    assert_says(lines[0], "14.7 (14.0-15.0, 3 passes)", "34.0 (33.0-35.0, 20 requests)",
-                branch="tok/s DISAGREE", not_branch="tok/s agree")
-    assert_says(lines[1], "29.4", "14.7", "2.00x",                              # 29.4 / 14.7
-                branch=("they DISAGREE", "request was the slower"),
-                not_branch=("they agree", "request was the faster"))
-    faster = {"task_2_vllm_inference": two, "task_6_multi_user_load": hand.fill(
-        task6.MultiUserLoad, alone=alone((40.0, 39.0, 41.0), None))}
-    (line,) = summary.cross_checks(faster)               # no sequential requests: no first line
-    assert_says(line, "29.4", "40.0", "0.74x",                                  # 29.4 / 40
-                branch=("they DISAGREE", "request was the faster"),
-                not_branch=("they agree", "request was the slower"))
-    # task 9's ratio (its rounds in turns) against task 13's on the same workload
-    nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3),
-                           vllm=SimpleNamespace(tokens_per_s=300.0),
-                           best=SimpleNamespace(tokens_per_s=438.0))
-
-    def with_13(ratio: float) -> list[str]:
-        eager = SimpleNamespace(workload_tokens_per_s=420.0, mini_tokens_per_s=420.0 * ratio)
-        return summary.cross_checks({"task_9_build_your_own_engine": nine,
-                                     "task_13_compiled_step": SimpleNamespace(
-                                         over_vllm=lambda mode: ratio, vllm={"eager": eager})})
-    inside, near, apart = "inside task 9's range", "within the machine's drift", "more apart"
-    (line,) = with_13(1.42)
-    assert_says(line, "task 9 1.46x (1.40-1.50, 3 rounds)", "task 13 1.42x", branch=inside,
-                not_branch=(near, apart, "vLLM made"))
-    (line,) = with_13(1.30)                                      # 1.46 / 1.30 = 1.12: drift
-    assert_says(line, "1.46x", "1.30x", branch=near, not_branch=(inside, apart, "vLLM made"))
-    (far,) = with_13(1.04)                                       # 1.46 / 1.04 = 1.40: apart
-    # vLLM 300.0 in task 9's process, 420.0 in its own: 1.40x; mini_engine 438.0 and 436.8
-    assert_says(far, "1.46x", "1.04x", "300.0 tok/s in task 9", "420.0 in task 13", "(1.40x)",
-                "438.0", "436.8", "(1.00x)", branch=(apart, "vLLM made"),
-                not_branch=(inside, near))
-    assert summary.cross_checks({}) == []                         # nothing ran: no line
-
-
-def test_task_6_and_task_15_measure_vllm_s_server_at_20_users_the_same():
-    """Task 6's 20-user level (its spread) against task 15's vLLM at 20 users (345-355)."""
-    fifteen = task_15_record()
-    six = hand.fill(task6.MultiUserLoad, levels=[level(1, 40.0), level(20, 352.0)],
-                    spreads=[measure.Spread(40.0, 39.0, 41.0, 3),
-                             measure.Spread(352.0, 340.0, 360.0, 3)])
-    door, line = summary.cross_checks({"task_6_multi_user_load": six,   # door: the next test's
-                                       "task_15_serve_your_engine": fifteen})
-    assert_says(line, "20 users", "task 6 352.0 (340.0-360.0, 3 passes)",
-                "task 15 350.0 (345.0-355.0, 3 passes)", branch="they agree.",
-                not_branch="DISAGREE")
-    six.spreads[1] = measure.Spread(400.0, 390.0, 410.0, 3)
-    _, line = summary.cross_checks({"task_6_multi_user_load": six,
-                                    "task_15_serve_your_engine": fifteen})
-    assert_says(line, "400.0", "350.0", "1.14x", branch="they DISAGREE",
+    (line,) = printed.twins(agree)
+    assert_says(line, "30.0 against 29.0 tok/s", "divides by the 1-user level",
+                branch="they agree", not_branch="DISAGREE")
+    # the EPYC's run of the issue: 46.6 against 38.6, the ranges touching: 1.21x apart
+    apart = {"task_6_multi_user_load": hand.fill(
+        task6.MultiUserLoad, alone=alone((46.6, 37.4, 48.7), (38.6, 36.0, 40.1)))}
+    (line,) = printed.twins(apart)
+    assert_says(line, "46.6 against 38.6 tok/s", "1.21x apart", branch="they DISAGREE",
                 not_branch="they agree")
-    fifteen.servers = fifteen.servers[1:]                           # no vLLM in task 15
-    assert summary.cross_checks({"task_6_multi_user_load": six,
-                                 "task_15_serve_your_engine": fifteen}) == []
+    # task 9's ratio against task 13's on the same workload: 1.46 against 1.42 agree; 1.70
+    # against 1.32 (the issue's run) do not, and the line says which engine moved
+    nine = SimpleNamespace(engine_over_vllm_spread=measure.Spread(1.46, 1.40, 1.50, 3),
+                           vllm=SimpleNamespace(tokens_per_s=327.6),
+                           best=SimpleNamespace(tokens_per_s=588.4))
+
+    def with_13(ratio: float, mini: float = 430.0) -> list[str]:
+        eager = SimpleNamespace(workload_tokens_per_s=327.0, mini_tokens_per_s=mini,
+                                one_tokens_per_s=None)
+        return printed.twins({"task_9_build_your_own_engine": nine,
+                              "task_13_compiled_step": SimpleNamespace(
+                                  over_vllm=lambda mode: ratio, vllm={"eager": eager})})
+    (line,) = with_13(1.42)
+    assert_says(line, "1.46x against 1.42x", branch="they agree",
+                not_branch=("DISAGREE", "mini_engine made"))
+    nine.engine_over_vllm_spread = measure.Spread(1.70, 1.65, 1.75, 3)
+    (far,) = with_13(1.32)
+    assert_says(far, "1.70x against 1.32x", "1.29x apart", "588.4 against 430.0 tok/s",
+                "1.37x apart", "327.6 against 327.0 tok/s", branch=("they DISAGREE",
+                "vLLM made", "they agree"), not_branch="inside")
+    assert printed.twins({}) == []                         # nothing ran: no line
+
+
+def test_every_twin_of_the_issue_is_compared():
+    """vLLM offline for one request in tasks 2, 13 and 15 (36.7, 45.9, 60.4: 1.65x apart);
+    one user and 20 users through vLLM's server in tasks 6 and 15; 10 users in task 6 and task
+    7's config A (244.2 against 179.3: 1.36x apart)."""
+    fifteen = task_15_record()
+    vllm = fifteen.server("vLLM")
+    vllm.offline[0].tokens_per_s = measure.Spread(60.4, 59.0, 61.0, 3)
+    two = hand.fill(task2.VLLMInference, generated_tokens=50,
+                    pass_times_s=[50 / 36.7, 50 / 36.0, 50 / 37.0])
+    thirteen = SimpleNamespace(over_vllm=lambda mode: None, vllm={"eager": SimpleNamespace(
+        one_tokens_per_s=45.9)})
+    n = fifteen.largest
+    six = hand.fill(task6.MultiUserLoad, levels=[level(1, 40.0), level(10, 244.2),
+                                                 level(n, 352.0)],
+                    spreads=[measure.Spread(40.0, 39.0, 41.0, 3),
+                             measure.Spread(244.2, 240.0, 250.0, 3),
+                             measure.Spread(352.0, 340.0, 360.0, 3)])
+    config_a = hand.fill(task7_record.ConfigRun, level=level(10, 179.3),
+                         spread=measure.Spread(179.3, 175.0, 181.0, 3))
+    seven = hand.fill(task7_record.Tuning, configs=[config_a])
+    lines = printed.twins({"task_2_vllm_inference": two, "task_13_compiled_step": thirteen,
+                           "task_15_serve_your_engine": fifteen,
+                           "task_6_multi_user_load": six, "task_7_tuning": seven})
+    offline, one, many, ten, door = lines
+    assert_says(offline, "task 2 / task 13 / task 15", "36.7, 45.9 and 60.4 tok/s",
+                "1.65x apart", branch="DISAGREE")
+    one_15, many_15 = vllm.spread(1).median, vllm.spread(n).median
+    assert_says(one, "1 user through vLLM's server", f"40.0 against {one_15:.1f}",
+                branch=("they agree" if measure.within(40.0, one_15) else "DISAGREE"))
+    assert_says(many, f"{n} users through", f"352.0 against {many_15:.1f}",
+                branch=("they agree" if measure.within(352.0, many_15) else "DISAGREE"))
+    assert_says(ten, "10 users", "config A", "244.2 against 179.3 tok/s", "1.36x apart",
+                branch="DISAGREE", not_branch="they agree")
+    assert_says(door, "One request through vLLM's server against LLM.generate (task 15)",
+                "60.4 tok/s")
 
 
 def test_task_15_measures_what_the_server_adds_to_one_request():
     """Task 15's vLLM at 1 user, served 40.0 against offline 40.0 (35-45 and 35-45): 1.00x
-    (35/45 = 0.78 to 45/35 = 1.29): nothing measurable; task 2 against task 6 then points to
-    it instead of saying it was not measured."""
-    two = hand.fill(task2.VLLMInference, generated_tokens=50, pass_times_s=[1.6, 1.7, 1.8])
+    (35/45 = 0.78 to 45/35 = 1.29): nothing measurable; offline 50 (49-51) against served 40
+    (39-41): 0.80x (0.76-0.84), a cost."""
     fifteen = task_15_record()
     fifteen.servers[0].offline[0].tokens_per_s = measure.Spread(40.0, 35.0, 45.0, 3)
-    res = {"task_2_vllm_inference": two, "task_15_serve_your_engine": fifteen,
-           "task_6_multi_user_load": hand.fill(task6.MultiUserLoad, alone=alone(
-               (14.7, 14.0, 15.0), None))}
-    slower, door = summary.cross_checks(res)
-    assert_says(slower, "2.00x", branch="task 15 measured apart (below)",
-                not_branch="was not measured apart")
-    assert_says(door, "task 15", "40.0 against 40.0 (35.0-45.0, 3 passes) tok/s", "1.00x",
-                "(0.78-1.29)", branch="added nothing measurable",
+    fifteen.servers[0].spreads[0] = measure.Spread(40.0, 35.0, 45.0, 3)
+    door = printed.twins({"task_15_serve_your_engine": fifteen})[-1]
+    assert_says(door, "task 15", "against 40.0 tok/s", "1.00x", "(0.78-1.29)",
+                branch="added nothing measurable",
                 not_branch=("cost one request", "was the faster"))
     fifteen.servers[0].offline[0].tokens_per_s = measure.Spread(50.0, 49.0, 51.0, 3)
     fifteen.servers[0].spreads[0] = measure.Spread(40.0, 39.0, 41.0, 3)
-    (door,) = summary.cross_checks({"task_15_serve_your_engine": fifteen})
+    door = printed.twins({"task_15_serve_your_engine": fifteen})[-1]
     assert_says(door, "0.80x", "(0.76-0.84)", branch="cost one request 20% of its speed",
                 not_branch="added nothing measurable")
 
@@ -333,7 +331,7 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     one, twenty = summary.measured_steps({"task_6_multi_user_load": six})
     assert (one.core_ms, twenty.core_ms) == (25.0, 60.0)
     placement = rl.place([one, twenty], machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36)
-    summary.print_server_split(placement)
+    printed.print_server_split(placement)
     out = " ".join(capsys.readouterr().out.split())
     assert "in the time to first token" in out
     # core's step, client's, what the front added: 29.0 - 25.0 = 4.0 ms, 16% of 25.0;
@@ -344,13 +342,13 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
     assert_says(users_20, "60.0 ms", "64.0 ms", "4.0 ms", "(7%)", branch=ADDED,
                 not_branch=NOTHING_ADDED)
     top.engine_itl_s = 0.06402                              # within a tenth: 0.0, never -0.0
-    summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
+    printed.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     _, users_20 = split_lines(" ".join(capsys.readouterr().out.split()))
     assert_says(users_20, "64.0 ms", "64.0 ms", "added 0.0 ms", "(0%)", branch=ADDED,
                 not_branch=(NOTHING_ADDED, "-0.0"))
     top.engine_itl_s = 0.0652                               # the core's gaps the longer
-    summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
+    printed.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     out = " ".join(capsys.readouterr().out.split())
     one_user, users_20 = split_lines(out)
@@ -359,7 +357,7 @@ def test_the_servers_step_is_split_by_its_engine_cores_own(capsys):
                 not_branch=ADDED)                               # 65.2 - 64.0, never "added -1.2"
     assert "added -" not in out
     top.engine_itl_s = six.alone.engine_itl_s = None        # an external server: no /metrics
-    summary.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
+    printed.print_server_split(rl.place(summary.measured_steps({"task_6_multi_user_load": six}),
                                         machine.model_cost(SMOLLM, "bfloat16", 2), MACHINE, 36))
     assert capsys.readouterr().out == ""
 
@@ -374,7 +372,7 @@ def test_a_batch_step_shorter_than_one_requests_is_called_suspect(capsys):
         """print_roofline's text from the server's step on: 1 user at 68 ms, 20 at tpot_20."""
         measured = steps_of((15.0, 3.3, 50), (28.0, 1.8, 50),
                             [level(1, 14.7, 0.068), level(20, 300.0, tpot_20)])
-        summary.print_roofline(rl.place(measured, cost, MACHINE, context=36), "given")
+        printed.print_roofline(rl.place(measured, cost, MACHINE, context=36), "given")
         return " ".join(capsys.readouterr().out.split()).partition("Here the server's")[2]
 
     # 1 user 14.7 tok/s at 68 ms, 20 users 300.0 tok/s at 100 ms: 20.4x the tok/s, 1.5x the time
@@ -385,25 +383,61 @@ def test_a_batch_step_shorter_than_one_requests_is_called_suspect(capsys):
 
 
 def test_the_summarys_insight_is_chosen_by_the_runs_figures():
-    """The source's conclusion (1.1x for one request, 12.6x for twenty) tested on this run's."""
+    """The source's conclusion (1.1x for one request, 12.6x for twenty) tested on this run's,
+    with what batching buys any server (transformers' scaling in task 15) apart from what
+    vLLM's engine adds beside transformers' server, and paging against what this run's
+    batches held."""
+    fifteen = task_15_record()
+    n = fifteen.largest
+    vllm, theirs = fifteen.server("vLLM"), fifteen.server("transformers")
     res = {"task_2_vllm_inference": hand.fill(task2.VLLMInference, speedup=1.04),
            "task_4_paged_attention": hand.fill(task4.PagedKV, users_paged=92,
                                                users_contiguous=19),
            "task_6_multi_user_load": hand.fill(task6.MultiUserLoad, scaling_factor=9.3,
-                                               levels=[level(1, 30.0), level(20, 279.0)])}
-    batch, paging = summary.insights(res)
-    assert_says(batch, "1.0x HuggingFace's", "20 users at once made 9.3x",
-                "8.9x more than one request did",                           # 9.3 / 1.04
-                branch="as in the source", not_branch="unlike the source")
-    assert_says(paging, "92 requests in pages against 19", branch="lets the batch grow",
-                not_branch="no more requests")
-    res["task_2_vllm_inference"].speedup = 9.5              # one request gained more
-    res["task_4_paged_attention"].users_paged = 19
-    batch, paging = summary.insights(res)
-    assert_says(batch, "9.5x", "9.3x", branch="unlike the source", not_branch="as in the source")
-    assert_says(paging, "19 requests in pages against 19", branch="no more requests",
-                not_branch="lets the batch grow")
-    (nothing_ran,) = summary.insights({})                    # no step's figures: one line
+                                               levels=[level(1, 30.0), level(n, 279.0)]),
+           "task_15_serve_your_engine": fifteen}
+    one, batch, engine, paging = printed.insights(res)
+    assert_says(one, "1.0x HuggingFace's", "the source found 1.1x", branch="nothing to batch")
+    scale = theirs.spread(n).median / theirs.spread(1).median
+    assert_says(batch, f"{n} users at once", "9.3x", f"scaled {scale:.1f}x",
+                branch=("most of that gain is batching" if scale >= 0.5 * 9.3 else
+                        "more than batching alone"))
+    a, b = vllm.spread(n), theirs.spread(n)
+    assert_says(engine, f"{a.median:.0f} tok/s", f"transformers' {b.median:.0f}",
+                branch=("nothing here tells" if a.overlaps(b) else "what vLLM's engine adds"))
+    assert_says(paging, "fit 92 of task 3's requests", "fit 19", not_branch="In task 9")
+    # transformers' server scaling 6.5x beside vLLM's 6.9x: most of the gain is batching;
+    # 406 against 238 tok/s at 20 users, passes apart: 1.71x is what vLLM's engine adds
+    theirs.spreads = [measure.Spread(36.6, 36.0, 37.0, 3) if lv.num_users == 1 else
+                      measure.Spread(238.0, 230.0, 240.0, 3) if lv.num_users == n else s
+                      for lv, s in zip(theirs.levels, theirs.spreads)]
+    vllm.spreads = [measure.Spread(406.0, 400.0, 410.0, 3) if lv.num_users == n else s
+                    for lv, s in zip(vllm.levels, vllm.spreads)]
+    res["task_6_multi_user_load"].scaling_factor = 6.9
+    _, batch, engine, _ = printed.insights(res)
+    assert_says(batch, "6.9x", "scaled 6.5x", branch="most of that gain is batching",
+                not_branch="more than batching alone")
+    assert_says(engine, "406 tok/s", "transformers' 238", "1.71x",
+                branch="what vLLM's engine adds", not_branch="nothing here tells")
+    theirs.spreads = [measure.Spread(100.0, 99.0, 101.0, 3) if lv.num_users == 1 else s
+                      for lv, s in zip(theirs.levels, theirs.spreads)]
+    _, batch, _, _ = printed.insights(res)                # 238 / 100 = 2.4x: under half
+    assert_says(batch, "scaled only 2.4x", branch="more than batching alone",
+                not_branch="most of that gain")
+    # task 9's busiest step: 30 of 364 blocks (memory did not bind); 350 of 364 (it did)
+    cont = SimpleNamespace(peak_num_pages=30)
+    res["task_9_build_your_own_engine"] = SimpleNamespace(
+        policies={"continuous": cont}, vllm=SimpleNamespace(num_blocks=364))
+    paging = printed.insights(res)[-1]
+    assert_says(paging, "held only 30 of 364 blocks", branch="not memory, limited",
+                not_branch="memory capped")
+    cont.peak_num_pages = 350
+    paging = printed.insights(res)[-1]
+    assert_says(paging, "held 350 of 364 blocks", branch="memory capped that batch",
+                not_branch="not memory")
+    for line in printed.insights(res):
+        assert not re.search(r"\b(a|the) \d+ \w+s left\b", line)
+    (nothing_ran,) = printed.insights({})                    # no step's figures: one line
     assert_says(nothing_ran, branch="Run the tasks", not_branch=("users at once", "KV memory"))
 
 
@@ -425,23 +459,23 @@ def parts(text: str, *starts: str) -> list[str]:
 def test_the_explanation_is_chosen_by_the_larger_gap():
     library = rl.attribute_step(20.0, 73.0, 85.0, "vLLM, 1 request")
     engine = rl.attribute_step(20.0, 30.0, 85.0, "HF, 1 request")
-    text = summary.explain_rungs([library])
+    text = printed.explain_rungs([library])
     assert_says(text, "vLLM, 1 request:", branch=LIBRARY, not_branch=(ENGINE, FASTER))
-    text = summary.explain_rungs([engine])
+    text = printed.explain_rungs([engine])
     # what the rest is was not measured: the text names it as not timed apart, never as the cause
     assert_says(text, "HF, 1 request:", branch=(ENGINE, "was not timed apart here"),
                 not_branch=(LIBRARY, FASTER))
-    both = summary.explain_rungs([library, engine])
+    both = printed.explain_rungs([library, engine])
     vllm, hf = parts(both, "vLLM, 1 request:", "HF, 1 request:")
     assert_says(vllm, "vLLM, 1 request:", branch=LIBRARY, not_branch=(ENGINE, FASTER))
     assert_says(hf, "HF, 1 request:", branch=ENGINE, not_branch=(LIBRARY, FASTER))
     faster = rl.attribute_step(50.0, 180.0, 170.0, "server, 20 users")
-    text = summary.explain_rungs([faster])
+    text = printed.explain_rungs([faster])
     # a floor the engine beats is no floor: no split, and no gap explained for that step
     assert_says(text, "server, 20 users", branch=(FASTER, "is not split"),
                 not_branch=(LIBRARY, ENGINE, "most of the time below the ceiling"))
-    assert summary.gaps(faster) == ("-", "-")
-    assert summary.gaps(engine) == ("10 (12%)", "55 (65%)")       # 10 / 85, 55 / 85
+    assert printed.gaps(faster) == ("-", "-")
+    assert printed.gaps(engine) == ("10 (12%)", "55 (65%)")       # 10 / 85, 55 / 85
 
 
 def test_measure_kernel_floor_times_the_model_shapes():
@@ -481,7 +515,7 @@ def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
     save_rung_results(model)
     cost = machine.model_cost(SMOLLM, "bfloat16", 2)
     save_machine(machine.KernelFloor("bfloat16", 2, cost.matmul_params, {1: 0.030, 20: 0.060}))
-    proc = run_script("summary.py")
+    proc = run_script("summary.py", "--detail")          # the rungs are detail
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = saved_result("summary")["roofline"]
     assert [g["floor_ms"] for g in r["rungs"]] == pytest.approx([30.0, 30.0, 30.0, 60.0],
@@ -495,7 +529,7 @@ def test_summary_prints_the_rungs_from_the_saved_kernel_floor(tmp_path):
     assert re.search(r"server, 20 users +14\.3 +60\.0 +100\.0 +46 \(46%\) +40 \(40%\)", out)
     # the explanation of the rungs read back, as printed: vLLM and the 20 users' library gaps
     # are the larger (16.5 of 34 ms, 46 of 100), HF's and the 1 user's engine gaps (20 of 50)
-    text = summary.explain_rungs(back.roofline.rungs)
+    text = printed.explain_rungs(back.roofline.rungs)
     assert text in out
     library, engine = parts(text, "vLLM, 1 request and server, 20 users:",
                             "HF, 1 request and server, 1 user:")
@@ -577,9 +611,10 @@ def test_summary_rows_from_saved_results():
     assert_says(row_value(proc.stdout, "Cores (threads)"), "7", not_branch="this machine")
     assert_says(row_value(proc.stdout, "CPU"), "Test CPU", not_branch="this machine")
     assert "Measured:" in proc.stdout
-    # task 2's speedup 1.33 and task 6's scaling 9.82 beside the source's
-    note = " ".join(proc.stdout.split()).partition("Single request:")[2]
-    assert_says(note, "1.3x", "(source 1.1x)", "Concurrent requests: 9.8x", "(source 12.6x)")
+    # task 2's speedup 1.33 and task 6's scaling 9.82 beside the source's, in the insight
+    note = " ".join(proc.stdout.split()).partition("KEY INSIGHT:")[2]
+    assert_says(note, "1.3x HuggingFace's", "the source found 1.1x", "9.8x",
+                "the source found 12.6x")
     assert_fits(proc.stdout)
     assert "NOTE" not in proc.stdout
 
@@ -590,12 +625,12 @@ def test_the_machine_is_the_labs_where_it_was_saved_else_this_ones(capsys):
     check = hand.fill(verify_environment.EnvironmentCheck, machine=hand.fill(
         verify_environment.LabMachine, cores=7, cpu="Test CPU"))
     record = summary.Summary()
-    summary.print_what_ran({"verify_environment": check}, record)
+    printed.print_what_ran({"verify_environment": check}, record)
     out = capsys.readouterr().out
     assert_says(row_value(out, "Cores (threads)"), "7", not_branch="this machine")
     assert_says(row_value(out, "CPU"), "Test CPU", not_branch="this machine")
     assert record.cores == 7
-    summary.print_what_ran({}, record)
+    printed.print_what_ran({}, record)
     out = capsys.readouterr().out
     assert_says(row_value(out, "Cores (threads)"), str(settings.num_cores()),
                 branch="(this machine)")
@@ -690,6 +725,10 @@ def test_summary_shows_time_and_memory_of_the_last_lab_run():
         results.LabStepRun("task_6_multi_user_load.py", 70.0, 3_600_000_000, 4)]))
     proc = run_script("summary.py", "--no-roofline")
     assert proc.returncode == 0
+    assert_says(row_value(proc.stdout, "Largest peak memory (GB)"), "3.60",
+                "task_6_multi_user_load.py", "budget 3.5", branch="OVER in")
+    assert "task_1_hf_baseline.py" not in proc.stdout           # the steps' table is detail
+    proc = run_script("summary.py", "--no-roofline", "--detail")
     assert re.search(r"\ntask_1_hf_baseline.py +12.5 +1.10 +1\n", proc.stdout)
     assert re.search(r"\ntask_6_multi_user_load.py +70.0 +3.60 OVER +4\n", proc.stdout)
     assert "Total time (min):                 4.2" in proc.stdout

@@ -2,7 +2,8 @@
 roofline of this machine with the lab's steps placed under it, and the lab's last run. Read in
 order:
 
-    summary.py    reads the saved results, places the steps, prints the report
+    summary.py    reads the saved results, places the steps, calls the printer
+    report.py     what it prints: the table, the twins, the roofline, the KEY INSIGHT
     roofline.py   the roofline: its ceilings, the three rungs of a step, the steps placed
     record.py     Summary, the record it saves
     figure.py     the roofline with the kernel floor, the measured steps and task 9's engine

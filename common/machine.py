@@ -73,14 +73,6 @@ class Machine(results.Record):
     matmul_n: dict[str, int] | None = None    # dtype -> n of the n x n products measured
     bandwidth_passes: measure.Spread | None = None   # every pass of it, bytes/s
 
-    def bandwidth_text(self) -> str:
-        """'23.6 GB/s (best of 5 passes: 21.0-23.6)', for every report that reads it."""
-        p = self.bandwidth_passes
-        if p is None or p.num_passes < 2:
-            return f"{self.bandwidth_bytes_s / 1e9:.1f} GB/s"
-        return (f"{self.bandwidth_bytes_s / 1e9:.1f} GB/s (best of {p.num_passes} passes: "
-                f"{p.low / 1e9:.1f}-{p.high / 1e9:.1f})")
-
 
 # --- measuring this machine (a few seconds) ---------------------------------------------------
 BANDWIDTH_MIB = 256     # far larger than any CPU cache, so the reads come from memory

@@ -5,8 +5,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.shape import DTYPE_BYTES
-
 REPO_DIR = Path(__file__).resolve().parent.parent
 
 # --- Settings from the source article (section 1) -------------------------------------------
@@ -127,10 +125,6 @@ def num_cores() -> int:
 class DtypeChoice:
     dtype: str      # "bfloat16" or "float32"
     reason: str     # one line for the report: why this dtype ran
-
-    @property
-    def num_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
 
 
 def resolve_dtype(requested: str = "auto", flags: set[str] | None = None) -> DtypeChoice:

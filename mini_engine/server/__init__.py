@@ -4,12 +4,13 @@ travels:
 
     __main__.py       `python -m mini_engine.server --model PATH`: the engine's settings as
                       flags, the model loaded, uvicorn started; Ctrl-C or SIGTERM stops it
-    api.py            the routes (FastAPI): a request checked, handed to the engine, and its
+    api.py            the routes (FastAPI, one APIRouter of plain functions that read the
+                      engine from app.state): a request checked, handed to the engine, and its
                       answer made from its output queue, whole or streamed; a client that
                       leaves aborts its request
     async_engine.py   the step loop, apart from the event loop (in the main thread, uvicorn
-                      in a second), an inbox for new requests and aborts, and one output
-                      queue a request
+                      in a second), an inbox of typed messages (Add, Abort, Stop), and one
+                      output queue a request
     detokenizer.py    a request's text token by token: no broken character, stop strings
     metrics.py        /metrics under vLLM's names, so the lab's tools read both servers
 

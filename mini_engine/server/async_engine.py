@@ -7,9 +7,13 @@ So one thread owns the LLMEngine alone and steps it, and the event loop, in a th
 own, talks to it through an inbox:
 
     event loop                              step loop
-    add(request)     -- inbox -->           engine.add_request, before the next step
-    abort(request)   -- inbox -->           engine.abort: its pages go back at once
+    add(request)     -- Add(request) -->    engine.add_request, before the next step
+    abort(request)   -- Abort(request) -->  engine.abort: its pages go back at once
+    stop()           -- Stop() -->          the loop returns (close() answers what is left)
     request.queue    <-- one call a step -- each request's new tokens, and how it ended
+
+The inbox carries those three messages, each a small dataclass: the step loop tells them apart
+by their class, not by a string tag, and each names what it carries.
 
 A request that arrives while a step runs joins the batch at the next one (continuous
 batching). The step loop also keeps /metrics (ServerMetrics): it is where the figures happen.
@@ -57,6 +61,28 @@ class Request:
     last_token_s: float = 0.0
 
 
+# --- the inbox's messages (event loop -> step loop) -------------------------------------------
+@dataclass
+class Add:
+    """A new request: it joins the engine before the next step."""
+    request: Request
+
+
+@dataclass
+class Abort:
+    """A request ended early, and why (AsyncEngine.abort names the reasons)."""
+    request: Request
+    reason: str = "abort"
+
+
+@dataclass
+class Stop:
+    """The step loop returns (the server is stopping)."""
+
+
+InboxMessage = Add | Abort | Stop   # what the inbox carries
+
+
 class EngineDead(RuntimeError):
     """The engine's step failed: the server can take no more requests."""
 
@@ -64,8 +90,7 @@ class EngineDead(RuntimeError):
 class AsyncEngine:
     def __init__(self, engine: LLMEngine, metrics: ServerMetrics):
         self.engine, self.metrics = engine, metrics
-        # ("add", Request), ("abort", Request, reason) or ("stop", None)
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[InboxMessage] = queue.SimpleQueue()
         self.active: dict[int, Request] = {}                  # by id(request), in the engine
         self.loop: asyncio.AbstractEventLoop | None = None
         self.error: str | None = None      # why new requests are refused (None: they are not)
@@ -79,17 +104,17 @@ class AsyncEngine:
 
     def stop(self) -> None:
         """The step loop returns (from any thread)."""
-        self.inbox.put(("stop", None))
+        self.inbox.put(Stop())
 
     def add(self, request: Request) -> None:
         if self.error:
             raise EngineDead(self.error)
-        self.inbox.put(("add", request))
+        self.inbox.put(Add(request))
 
     def abort(self, request: Request, reason: str = "abort") -> None:
         """The request is over before its end: its client left ("abort"), or a stop string
         ended it ("stop", as /metrics counts it)."""
-        self.inbox.put(("abort", request, reason))
+        self.inbox.put(Abort(request, reason))
 
     # --- the step loop ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -98,23 +123,23 @@ class AsyncEngine:
             while True:
                 # wait while there is nothing to step (a timeout, so Ctrl-C is heard); otherwise
                 # take what came, and step
-                items = []
-                while not items and not self.engine.scheduler.has_work:
+                messages: list[InboxMessage] = []
+                while not messages and not self.engine.scheduler.has_work:
                     try:
-                        items.append(self.inbox.get(timeout=0.5))
+                        messages.append(self.inbox.get(timeout=0.5))
                     except queue.Empty:
                         pass
                 while not self.inbox.empty():
-                    items.append(self.inbox.get())
-                if any(kind == "stop" for kind, *_ in items):
-                    for item in items:            # back in the inbox: close() answers them
-                        self.inbox.put(item)
+                    messages.append(self.inbox.get())
+                if any(isinstance(m, Stop) for m in messages):
+                    for m in messages:            # back in the inbox: close() answers them
+                        self.inbox.put(m)
                     return
-                for kind, request, *reason in items:
-                    if kind == "add":
-                        self._add(request)
+                for m in messages:
+                    if isinstance(m, Add):
+                        self._add(m.request)
                     else:
-                        self._abort(request, *reason)
+                        self._abort(m.request, m.reason)
                 self._update_gauges()         # an abort frees pages even with no step after it
                 if self.engine.scheduler.has_work:
                     self._step()
@@ -129,9 +154,8 @@ class AsyncEngine:
         self.error = why
         waiting = []
         while not self.inbox.empty():
-            kind, request, *_ = self.inbox.get()
-            if kind == "add":
-                waiting.append(request)
+            if isinstance(m := self.inbox.get(), Add):
+                waiting.append(m.request)
         self._send([(r, Output([], "abort", why)) for r in [*self.active.values(), *waiting]])
         self.active.clear()
 

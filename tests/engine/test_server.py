@@ -316,6 +316,51 @@ def test_ctrl_c_during_a_load_leaves_no_process_and_no_port(tiny_model):
     assert any("shutting down" in e for e in level.errors), level.errors
 
 
+# --- the inbox and the routes, without a model ----------------------------------------------------
+def test_a_stop_in_the_inbox_ends_the_loop_and_close_answers_every_add_left():
+    """The step loop reads typed messages: a Stop among them returns at once, nothing added to
+    the engine; close() then ends each request still in the inbox (an Add, aborted or not)
+    with the error, and refuses new ones, as Ctrl-C does to requests that came in the last
+    step."""
+    from types import SimpleNamespace
+
+    from mini_engine.server.async_engine import AsyncEngine, EngineDead, Output, Request
+
+    idle_engine = SimpleNamespace(scheduler=SimpleNamespace(has_work=False))   # no step to run
+    stepper = AsyncEngine(idle_engine, metrics=None)
+    loop = asyncio.new_event_loop()
+    try:
+        stepper.attach(loop)
+        first, second = Request([1, 2], 4), Request([3], 2)
+        stepper.add(first)
+        stepper.add(second)
+        stepper.abort(second, "stop")
+        stepper.stop()
+        stepper.run()                    # returns: it would have hung waiting had Stop been lost
+        assert stepper.active == {} and stepper.failed is None
+        stepper.close("the server is shutting down")
+        loop.run_until_complete(asyncio.sleep(0))       # the one call into the event loop
+        for request in (first, second):
+            assert request.queue.get_nowait() == Output([], "abort", "the server is shutting down")
+            assert request.queue.empty()
+    finally:
+        loop.close()
+    assert stepper.inbox.empty()
+    with pytest.raises(EngineDead, match="shutting down"):
+        stepper.add(Request([4], 1))
+
+
+def test_the_routes_are_the_modules_own_functions():
+    """Every route is a top-level function of api.py, registered on its APIRouter: the paths
+    tasks 5-8 and vllm bench serve call, and no other."""
+    from mini_engine.server import api
+
+    routes = {route.path: route.endpoint for route in api.router.routes}
+    assert routes == {"/health": api.health, "/v1/models": api.models, "/metrics": api.metrics,
+                      "/v1/completions": api.completions, "/v1/chat/completions": api.chat}
+    assert all(endpoint.__qualname__ == endpoint.__name__ for endpoint in routes.values())
+
+
 # --- the incremental detokenizer, searched --------------------------------------------------------
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):

@@ -21,7 +21,9 @@ the drift is spread over them all instead of landing in their ratio.
 
 A way in a process of its own is a Child here and calls serve() there: it sets up, prints READY
 (and what its set-up measured, as JSON), then runs a pass each time it reads "pass" and prints
-RESULT and the pass's JSON; the end of its stdin ends it.
+RESULT and the pass's JSON; the end of its stdin ends it. A child that measures once, in its
+set-up, calls answer() there and the parent run_once() here: the lab's one way to run a child
+process and read its result.
 
 A long task's progress lines carry the time since it started (progress_clock).
 """
@@ -90,7 +92,7 @@ class Spread(results.Record):
         """'31.3 tok/s (29.0-32.1, 3 passes)'; one pass: '31.3 tok/s (1 pass)'."""
         value = f"{self.median:,.{digits}f}{unit}"
         if self.num_passes < 2:
-            return f"{value} (1 {what.removesuffix('s')})"
+            return f"{value} (1 {'pass' if what == 'passes' else what.removesuffix('s')})"
         return f"{value} ({self.low:,.{digits}f}-{self.high:,.{digits}f}, {self.num_passes} {what})"
 
 
@@ -162,6 +164,20 @@ def serve(one_pass: Callable[[], dict], ready: dict | None = None) -> None:
         if line.strip() != "pass":
             break
         print(RESULT + json.dumps(one_pass()), flush=True)
+
+
+def answer(found: dict) -> None:
+    """The child's side of run_once: what it measured, said once; then it may exit."""
+    print(READY + json.dumps(found), flush=True)
+
+
+def run_once(way: str, args: list[str], timeout_s: float,
+             unset: tuple[str, ...] = ()) -> tuple[dict, int]:
+    """`python <args>` in a fresh process that answer()s (or serve()s): (what it said, its peak
+    PSS). A failure or the timeout is a ServerError of one line; nothing is left running."""
+    with Child(way, args, timeout_s, unset) as child:
+        found = child.ready()
+    return found, child.peak_bytes
 
 
 class Child:

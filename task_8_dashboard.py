@@ -7,7 +7,7 @@ time to first token and end-to-end latency, the prefix cache's hit rate (task 10
 the last minutes. A button on the page sends N concurrent requests, so you can watch the KV
 cache fill and the batch grow and drain. When the server goes down the page says so and picks
 up again when it is back. The page and the Monitor behind it are in lessons/task_8/monitor.py,
-the snapshot's record in lessons/task_8/record.py, the report's printing in
+the snapshot's record in lessons/task_8/record.py, the report's printing and its KEY INSIGHT in
 lessons/task_8/report.py; the snapshot's measurement is here.
 
     python task_8_dashboard.py                  # dashboard on http://127.0.0.1:7860, Ctrl-C stops
@@ -35,7 +35,6 @@ from lessons.task_8.record import Dashboard, Interval, LoadSent, Snapshot
 SCRIPT = "task_8_dashboard"
 LOAD_ADMIT_TIMEOUT_S = 60   # how long --load waits for the server to take all its requests in
 READ_EVERY_S = 0.1          # --once reads /metrics this often during its interval
-KV_FULL = 0.9   # KV-cache usage from which the cache, not max_num_seqs, is taken as the cap
 
 
 # --- set up --------------------------------------------------------------------------------------
@@ -138,33 +137,6 @@ def finish_load(sender: monitor.Monitor, max_tokens: int) -> LoadSent:
     return LoadSent.of(run.result, max_tokens)
 
 
-# --- explain -------------------------------------------------------------------------------------
-def insight_lines(snap: Snapshot, tokens_per_s: float | None,
-                  max_num_seqs: int | None) -> list[str]:
-    """The KEY INSIGHT of a snapshot, chosen from what it shows: the batch, what waited, and
-    which limit (max_num_seqs or the KV cache) held the others back."""
-    running, waiting, usage = snap.num_running, snap.num_waiting, snap.kv_usage_fraction
-    if not running:
-        return [show.PRODUCTION, "The server was idle at the snapshot (0 requests running): "
-                                 "nothing to batch; --once --load N takes it while N requests run"]
-    kv = None if usage is None else f"{100 * usage:.1f}%"
-    rate = f" at {tokens_per_s:.1f} tok/s" if tokens_per_s is not None else ""
-    lines = [show.PRODUCTION, f"{running} requests ran as one batch{rate}: each engine step "
-                              f"made a token for every one of them"]
-    if not waiting:
-        lines.append(f"None waited: all {running} fit"
-                     + (f", in {kv} of the KV cache" if kv else ""))
-    elif max_num_seqs and running >= max_num_seqs:
-        lines.append(f"max_num_seqs={max_num_seqs} capped the batch: {running} ran, {waiting} "
-                     f"waited" + (f", with the KV cache {kv} full: not the memory" if kv else ""))
-    elif kv and usage >= KV_FULL:
-        lines.append(f"The KV cache was {kv} full: the memory capped the batch, {waiting} waited")
-    else:
-        lines.append(f"{waiting} waited, with {running} running"
-                     + (f" and the KV cache {kv} full" if kv else ""))
-    return lines
-
-
 # --- the lesson, in the order it prints ----------------------------------------------------------
 def take_snapshot(args, srv, first: metrics.Snapshot, header, cache: dict) -> Dashboard:
     """--once: the interval from `first` (the load sent after it), printed, explained, saved."""
@@ -181,7 +153,7 @@ def take_snapshot(args, srv, first: metrics.Snapshot, header, cache: dict) -> Da
     record = Dashboard(srv.base_url, srv.state, cache, snapshot, header=header, load=sent,
                        engine=srv.config.describe() if srv.config else None,
                        last_interval=interval)
-    report.insight(insight_lines(snapshot, interval.tokens_per_s if interval else None,
+    report.insight(show.insight_lines(snapshot, interval.tokens_per_s if interval else None,
                                  srv.config.max_num_seqs if srv.config else None))
     figures.saved(results.save(SCRIPT, record), record, FIGURES)
     cli.fail_if_any_failed(sent.num_failed if sent else 0)

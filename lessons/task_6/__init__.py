@@ -2,9 +2,10 @@
 lab's vLLM server, each level in passes that take turns, and one request alone checked two ways
 before the scaling factor is printed. Read in order:
 
-    task_6_multi_user_load.py   the measurement, the report and its insight
-    record.py                   what it saves: the levels, their spreads, one request alone;
-                                the summary's row
+    task_6_multi_user_load.py   the measurement: the levels in turns, then one after another
+    record.py                   what it saves: the levels, their spreads, one request alone
+                                (twins), the wait in line; the summary's row
+    report.py                   what it prints: the levels, the scaling, the KEY INSIGHT
     figure.py                   throughput, latency, one after another against all at once
 """
 from lessons.task_6.figure import draw_load_levels

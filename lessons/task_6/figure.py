@@ -4,6 +4,7 @@ one after another against all together. A pure function of the saved MultiUserLo
 from __future__ import annotations
 
 from common import figures
+from lessons.task_6.record import MultiUserLoad
 
 def draw_load_levels(res: MultiUserLoad):
     """tokens/s and latency (p50, p95, TTFT) against concurrent users; the largest group one
@@ -13,15 +14,20 @@ def draw_load_levels(res: MultiUserLoad):
     fig, (tps, lat, seq) = figures.figure(4.2, 1, 3, width_ratios=[1.2, 1.2, 1])
     # black: blue, orange and green are the latency panel's series
     tps.plot(users, [lv.tokens_per_s for lv in levels], "o-", color="black")
+    tops = [lv.tokens_per_s for lv in levels]       # where each value's label stands above
     if len(res.spreads) == len(res.levels) and res.num_passes > 1:   # every pass's range
         spread = [s for lv, s in zip(res.levels, res.spreads) if lv.num_ok]
         tps.errorbar(users, [lv.tokens_per_s for lv in levels], fmt="none", capsize=4,
                      color="black",
                      yerr=[[lv.tokens_per_s - s.low for lv, s in zip(levels, spread)],
                            [s.high - lv.tokens_per_s for lv, s in zip(levels, spread)]])
-    for lv in levels:
-        tps.annotate(f"{lv.tokens_per_s:.1f}", (lv.num_users, lv.tokens_per_s),
-                     textcoords="offset points", xytext=(0, 7), ha="center", fontsize=9)
+        tops = [max(top, s.high) for top, s in zip(tops, spread)]
+    # each label above its bar's upper cap, clear of the bar; on white, where the line between
+    # two close levels climbs past it
+    for lv, top in zip(levels, tops):
+        tps.annotate(f"{lv.tokens_per_s:.1f}", (lv.num_users, top),
+                     textcoords="offset points", xytext=(0, 5), ha="center", va="bottom",
+                     fontsize=9, zorder=5, bbox=dict(facecolor="white", edgecolor="none", pad=1))
     tps.set(title="Throughput", xlabel="concurrent users",
             ylabel="tokens/s (all users)" + (f"\nmedian of {res.num_passes} passes, bars: range"
                                              if res.num_passes > 1 else ""))
@@ -36,6 +42,9 @@ def draw_load_levels(res: MultiUserLoad):
         ax.set_xticks(users)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+    if tops:
+        tps.set_ylim(0, 1.15 * max(tops))           # room for the highest label inside the axes
+        tps.margins(x=0.1)                          # and for the first and last beside the spines
     together = max(levels, key=lambda lv: lv.num_users) if levels else None
     if res.sequential and together:
         # colours of their own: the other panels' blue, orange and green are their series
@@ -43,6 +52,7 @@ def draw_load_levels(res: MultiUserLoad):
                 ("all\ntogether", together.duration_s, figures.color(1))]
         bars = seq.bar([b[0] for b in both], [b[1] for b in both], color=[b[2] for b in both])
         seq.bar_label(bars, fmt="%.1f s")
+        seq.set_ylim(0, 1.12 * max(b[1] for b in both))   # the labels inside the axes
         seq.set(title=f"{together.num_users} users' requests",
                 ylabel="seconds until the last finished")
     else:

@@ -1,6 +1,7 @@
 """Task 6's record: every level's median pass and the spread of its passes, one request alone
-measured two ways (Alone: the 1-user level against the sequential requests) and the baseline
-the scaling factor divides by; the summary's row."""
+measured two ways (Alone: the 1-user level against the sequential requests, twins) and the
+baseline the scaling factor divides by; how long the sequential requests waited in line for
+their first token; the summary's row."""
 from __future__ import annotations
 
 import statistics
@@ -23,6 +24,7 @@ class Alone(results.Record):
 
     @property
     def agree(self) -> bool:
+        """Twins: their medians within measure.AGREE_WITHIN (not their ranges touching)."""
         return self.sequential is None or self.level.agrees(self.sequential)
 
 
@@ -45,6 +47,28 @@ def alone_of(one_user: list[load.LoadLevel], sequential: load.LoadLevel | None) 
             alone.tpot_s = statistics.median(r.tpot_s for r in sequential.ok)
             alone.engine_itl_s = sequential.engine_itl_s
     return alone
+
+
+def in_line_ttft_s(sequential: load.LoadLevel) -> float | None:
+    """The mean time to first token of requests sent one after another, counted from the first
+    send (the k-th waited in line for the k - 1 before it), as measured: each request's send
+    time and its own time to first token. None for a level read back (its requests are not
+    saved) or one of which no request succeeded."""
+    if not sequential.ok:
+        return None
+    first_send = min(r.start_s for r in sequential.requests)
+    return statistics.fmean(r.start_s - first_send + r.ttft_s for r in sequential.ok)
+
+
+def computed_in_line_ttft_s(num_users: int, alone_s: float, alone_ttft_s: float) -> float:
+    """The same, computed where the sequential requests were not measured (--no-sequential):
+    each of num_users requests taking what one request alone took, the k-th waits for the k - 1
+    before it, (n - 1) / 2 of them on average."""
+    return (num_users - 1) / 2 * alone_s + alone_ttft_s
+
+
+def num_failed_of(levels: list[load.LoadLevel], sequential: load.LoadLevel | None) -> int:
+    return sum(lv.num_failed for lv in levels) + (sequential.num_failed if sequential else 0)
 
 
 def scaling_range(peak: measure.Spread, alone: Alone) -> tuple[float, float]:
@@ -71,6 +95,9 @@ class MultiUserLoad(results.Result):
     spreads: list[measure.Spread] = field(default_factory=list)   # tokens/s, a level's passes
     alone: Alone | None = None          # one request alone, two ways (a 1-user first level)
     scaling_range: tuple[float, float] | None = None   # the factor from the spreads' ends
+    # the sequential requests' mean time to first token from the first send (in_line_ttft_s;
+    # None: not measured)
+    sequential_in_line_ttft_s: float | None = None
 
 
 def summary_row(m: MultiUserLoad) -> str:

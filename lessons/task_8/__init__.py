@@ -4,7 +4,8 @@ KV cache and latency as the server works, and with --once one boxed snapshot. Re
     task_8_dashboard.py   the snapshot's measurement (--once, --load N), the page started
     monitor.py            the Monitor that polls /metrics and sends a load, the page over it
     record.py             Dashboard, the record --once saves, and the summary's row
-    report.py             the printing: the header, the interval, the load, where the page is
+    report.py             the printing: the header, the interval, the load, the KEY INSIGHT,
+                          where the page is
 """
 from lessons.task_8.record import Dashboard, summary_row
 

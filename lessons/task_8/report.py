@@ -1,15 +1,18 @@
 """Task 8's report (task_8_dashboard.py prints it, in this order): the boxed header with what
-is watched and the first read of /metrics; with --once the interval it read, and the load it
-sent; for the live page, where the page is. Printing only: the script measures, these print
-what it measured (its record's Snapshot, Interval and LoadSent, read by attribute)."""
+is watched and the first read of /metrics; with --once the interval it read, the load it sent
+and the KEY INSIGHT; for the live page, where the page is. Printing only: the script measures,
+these print what it measured (its record's Snapshot, Interval and LoadSent, read by
+attribute)."""
 from __future__ import annotations
 
 import socket
 
-from common import metrics, report, settings
+from common import fmt, metrics, report, settings
 from lessons.task_8.monitor import LATENCY_WINDOW_S
 
-PRODUCTION = "Production watches these same /metrics: Prometheus scrapes them, Grafana plots them"
+PRODUCTION = ("Production watches these same /metrics: Prometheus scrapes them, Grafana plots "
+              "them.")
+KV_FULL = 0.9   # KV-cache usage from which the cache, not max_num_seqs, is taken as the cap
 
 
 def print_header(srv, model, dtype, snap: metrics.Snapshot, cache_labels: dict) -> None:
@@ -35,11 +38,13 @@ def print_header(srv, model, dtype, snap: metrics.Snapshot, cache_labels: dict) 
     report.row("Requests finished since start", f"{snap.e2e_count:,.0f}")
     report.row("Requests running / waiting", f"{snap.running} / {snap.waiting}")
     report.row("KV-cache usage (%)", _percent(snap.kv_usage))
-    report.row("Mean TTFT since start (s)", _seconds(snap.mean_ttft_s))
-    report.row("Mean e2e latency since start (s)", _seconds(snap.mean_e2e_s))
+    report.row("Mean TTFT since start (s)", fmt.secs(snap.mean_ttft_s, 3))
+    report.row("Mean e2e latency since start (s)", fmt.secs(snap.mean_e2e_s, 3))
     report.row("Preemptions since start", f"{snap.preemptions:,.0f}")
     report.row("Prefix-cache hit rate since start (%)", _hit_rate(snap.prefix_hit_rate,
                                                                   snap.prefix_queries))
+    report.note(f"{report.term('TTFT')}; e2e: end to end, from the request's arrival to its "
+                f"last token.")
 
 
 def print_interval(interval, snap, num_requests: int | None) -> None:
@@ -65,10 +70,6 @@ def print_load(sent) -> None:
                                              f"{sent.num_output_tokens:,} tokens")
     for error in sent.errors:
         report.note(f"failed: {error}", indent=2)
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def _hit_rate(rate: float | None, queries: float | None = None) -> str:
@@ -110,7 +111,7 @@ def print_dashboard(args) -> str:
     # nothing is measured yet: what to look for, not a finding
     report.insight([PRODUCTION, "Send requests from the page and watch running, waiting and "
                                 "KV-cache usage: whichever limit is reached first (max_num_seqs, "
-                                "or the KV cache at 100%) makes the rest wait"])
+                                "or the KV cache at 100%) makes the rest wait."])
     return url
 
 
@@ -120,3 +121,37 @@ def engine_line(srv, cache_labels: dict) -> str:
     if describe_cache(cache_labels):
         parts.append(f"KV cache: {describe_cache(cache_labels)}.")
     return " ".join(parts)
+
+
+def insight_lines(snap, tokens_per_s: float | None, max_num_seqs: int | None) -> list[str]:
+    """The KEY INSIGHT of a snapshot (task 8's Snapshot), chosen from what it shows: the batch,
+    what waited, and which limit (max_num_seqs or the KV cache) held the others back."""
+    running, waiting, usage = snap.num_running, snap.num_waiting, snap.kv_usage_fraction
+    if not running:
+        return [PRODUCTION, "The server was idle at the snapshot (0 requests running): nothing "
+                            "to batch; --once --load N takes it while N requests run."]
+    kv = None if usage is None else fmt.pct(usage, 1)
+    if tokens_per_s is None:
+        lines = [PRODUCTION, f"{running} requests ran as one batch: each engine step made a "
+                             f"token for every one of them."]
+    else:
+        lines = [PRODUCTION, f"{running} requests ran as one batch at {tokens_per_s:.1f} tok/s: "
+                             f"each engine step made a token for every one of them."]
+    if not waiting and kv:
+        lines.append(f"None waited: all {running} fit, in {kv} of the KV cache.")
+    elif not waiting:
+        lines.append(f"None waited: all {running} fit.")
+    elif max_num_seqs and running >= max_num_seqs and kv:
+        lines.append(f"max_num_seqs={max_num_seqs} capped the batch: {running} ran, {waiting} "
+                     f"waited, with the KV cache {kv} full: not the memory.")
+    elif max_num_seqs and running >= max_num_seqs:
+        lines.append(f"max_num_seqs={max_num_seqs} capped the batch: {running} ran, {waiting} "
+                     f"waited.")
+    elif kv and usage >= KV_FULL:
+        lines.append(f"The KV cache was {kv} full: the memory capped the batch, {waiting} "
+                     f"waited.")
+    elif kv:
+        lines.append(f"{waiting} waited, with {running} running and the KV cache {kv} full.")
+    else:
+        lines.append(f"{waiting} waited, with {running} running.")
+    return lines

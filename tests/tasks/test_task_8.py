@@ -48,6 +48,25 @@ def test_snapshot_reads_the_watched_figures():
                                             # user prompts share no whole block of 16
 
 
+@pytest.mark.parametrize("running, waiting, usage, rate, seqs", [
+    (0, 0, 0.0, 0.0, 8), (8, 12, 0.364, 176.4, 8), (44, 56, 1.0, 1260.0, 256),
+    (20, 0, 0.455, 150.0, 256), (3, 2, None, None, None), (3, 2, 0.5, None, None),
+    (8, 12, None, 176.4, 8)])
+def test_the_insight_keeps_its_limits(running, waiting, usage, rate, seqs, capsys):
+    """Every branch of the KEY INSIGHT: at most report.MAX_INSIGHT_BULLETS whole sentences in
+    report.MAX_INSIGHT_LINES printed lines."""
+    from common import report
+    from lessons.task_8.record import Snapshot
+
+    read = metrics.Snapshot(0.0, 0.0, running, waiting, usage, 0.0, 0.0, 0.0, 0.0, 0.0)
+    lines = task_8_report.insight_lines(Snapshot.of(read, read), rate, seqs)
+    report.insight(lines)
+    out = capsys.readouterr().out.splitlines()
+    printed = out[out.index("KEY INSIGHT:") + 1:-1]
+    assert len(lines) <= report.MAX_INSIGHT_BULLETS and len(printed) <= report.MAX_INSIGHT_LINES
+    assert all(line.endswith(".") for line in lines), lines
+
+
 def test_window_is_the_difference_of_two_snapshots():
     before, busy, after = (metrics.snapshot(t, s) for t, s in ((BEFORE, 0.0), (BUSY, 1.5),
                                                                 (AFTER, 3.2)))

@@ -1,18 +1,23 @@
 """Tasks 6 and 7 without a server: their records saved and read back whole, the summary's rows,
 and what their figures plot, on results typed in by hand (tests/hand/: the matrix, never the
 pixels). The runs against a real server are in tests/tasks/test_server_tasks.py (task 6) and, on the
-real model, the lab's quick run (task 7's restarts: the last test here); the KEY INSIGHT lines in
-tests/tasks/test_reports.py."""
+real model, the lab's quick run (task 7's restarts); the KEY INSIGHT lines in
+tests/tasks/test_reports.py, their limits (bullets, lines) here, on every branch."""
 from __future__ import annotations
 
 import pytest
 
 import task_6_multi_user_load as task6
 import task_7_tuning as task7
-from common import figures, kv, results, settings, steps
-from common.load import LoadLevel
+from common import figures, kv, report, results, settings, steps
+from common.load import LoadLevel, RequestResult
+from common.measure import Spread
 from lessons import task_6 as lesson_6
 from lessons import task_7 as lesson_7
+from lessons.task_6 import record as task6_record
+from lessons.task_6 import report as task6_report
+from lessons.task_7 import report as task7_report
+from lessons.task_7.record import ConfigRun, TuningConfig
 from tests import hand
 from tests.hand.task_6_multi_user_load import SUMMARY_ROW as ROW_6
 from tests.hand.task_6_multi_user_load import record as hand_load
@@ -127,14 +132,114 @@ def test_task_7_on_the_real_model_restarts_the_server_for_each_config(lab_run):
                            settings.BLOCK_SIZE, c["config"]["max_model_len"]).max_concurrency
         for c in configs]
     assert all(c["kv_block_size_tokens"] == settings.BLOCK_SIZE for c in configs)
-    # configs B and C hold the same KV blocks: max_num_seqs divides no memory, and the
+    # configs B and C hold the same KV blocks: max_num_seqs reserves no memory, and the
     # insight says so from the figures (no "128 -> 64" typed in, no "both divide the same
-    # budget")
+    # budget"); nor does max_model_len, whatever the figures (a paged cache)
     assert configs[1]["num_kv_blocks"] == configs[2]["num_kv_blocks"] == \
         t2["kv_capacity_engine"]["num_blocks"]
-    memory = lab_run.out.partition("max_num_seqs divides no memory")[2].partition(";")[0]
-    assert_says(memory, f"the same {configs[2]['num_kv_blocks']} blocks", not_branch="against B")
-    assert "Both are knobs" not in lab_run.out
+    out = " ".join(lab_run.out.split())
+    memory = out.partition("max_num_seqs reserves no memory either")[2].partition(".")[0]
+    assert_says(memory, f"the same {configs[2]['num_kv_blocks']} blocks as B's",
+                not_branch="against B")
+    assert "max_model_len caps a request's length; it reserves no KV memory" in out
+    assert "sets the KV memory" not in out and "Both are knobs" not in out
     assert configs[2]["peak_num_requests_running"] <= 8
     assert all(c["level"]["num_ok"] == 10
                and c["level"]["num_output_tokens"] == 10 * QUICK_TOKENS for c in configs)
+
+
+# --- the KEY INSIGHT keeps its limits, on every branch --------------------------------------------
+def printed_insight(lines: list[str], capsys) -> list[str]:
+    """The KEY INSIGHT as report.insight prints it: its lines between the heading and the rule."""
+    capsys.readouterr()
+    report.insight(lines)
+    out = capsys.readouterr().out.splitlines()
+    return out[out.index("KEY INSIGHT:") + 1:-1]
+
+
+def assert_insight_fits(lines: list[str], capsys) -> None:
+    printed = printed_insight(lines, capsys)
+    assert len(lines) <= report.MAX_INSIGHT_BULLETS, lines
+    assert len(printed) <= report.MAX_INSIGHT_LINES, "\n".join(printed)
+    assert all(len(line) <= report.WIDTH for line in printed)
+    assert all(line.endswith(".") for line in lines), lines       # whole sentences
+
+
+def load_level(users: int, duration_s: float, latency_s: float, ttft_s: float, failed: int = 0,
+               concurrent: bool = True) -> LoadLevel:
+    """users requests of 50 tokens, failed of them failing; sent one after another when not
+    concurrent (the k-th at k x latency_s)."""
+    ok = [RequestResult(True, 50, 10, ttft_s, latency_s, start_s=k * latency_s * (not concurrent))
+          for k in range(users - failed)]
+    return LoadLevel.of(ok + [RequestResult(False, error="boom")] * failed, duration_s,
+                        is_concurrent=concurrent)
+
+
+@pytest.mark.parametrize("largest, sequential", [
+    ((20, 12.34, 11.11, 0.55), (20, 1.23)),                   # scales, batched, measured in line
+    ((20, 12.34, 11.11, 0.55), None),                          # ... computed (--no-sequential)
+    ((20, 123.45, 123.45, 88.88), (20, 1.23)),                 # barely grew, queued, measured
+    ((20, 123.45, 123.45, 88.88), None),                       # ... computed
+    ((20, 12.34, 1.25, 0.55), (20, 1.23)),                     # latency hardly changed
+])
+def test_task6_insight_keeps_its_limits(largest, sequential, capsys):
+    one = load_level(1, 1.23, 1.23, 0.04)
+    big = load_level(*largest)
+    seq = (load_level(sequential[0], sequential[0] * sequential[1], sequential[1], 0.04,
+                      concurrent=False) if sequential else None)
+    alone = task6_record.alone_of([one, one, one], seq)
+    in_line = task6_record.in_line_ttft_s(seq) if seq else None
+    assert_insight_fits(task6_report.insights([one, big], seq, alone, in_line), capsys)
+    # with a failure counted first: one more bullet, still within the limits
+    failing = load_level(largest[0], largest[1], largest[2], largest[3], failed=3)
+    assert_insight_fits(task6_report.insights([one, failing], seq, alone, in_line), capsys)
+    # nothing to compare
+    assert_insight_fits(task6_report.insights([one, load_level(5, 1.0, 0.0, 0.0, failed=5)],
+                                              seq, alone, in_line), capsys)
+
+
+def tuning_run(label: str, max_model_len: int, max_num_seqs: int, blocks: int | None,
+               concurrency: float, running: int, waiting: int, spread: tuple | None,
+               samples: int = 45) -> ConfigRun:
+    tok_s = spread[0] if spread else 1234.5
+    passes = Spread(*spread, 3) if spread else Spread(tok_s, tok_s, tok_s, 1)
+    return ConfigRun(TuningConfig(label, max_model_len, max_num_seqs), "restarted", concurrency,
+                     LoadLevel(10, 10, 500 / tok_s, 500, tok_s), num_kv_blocks=blocks,
+                     kv_block_size_tokens=16, peak_num_requests_running=running,
+                     peak_num_requests_waiting=waiting, num_metrics_samples=samples,
+                     spread=passes)
+
+
+@pytest.mark.parametrize("b_concurrency, c_blocks, spreads, c_peak", [
+    (91.0, 364, ((229.8, 225.0, 233.5), (229.9, 229.7, 240.9), (147.2, 146.9, 147.4)), (8, 2)),
+    (45.5, 363, ((1229.8, 1225.0, 1233.5), (1329.9, 1329.7, 1340.9), (1147.2, 1146.9, 1147.4)),
+     (0, 0)),
+    (91.0, None, (None, None, None), (8, 0)),
+])
+def test_task7_insight_keeps_its_limits(b_concurrency, c_blocks, spreads, c_peak, capsys):
+    rows = [tuning_run("A: Default", 128, 256, 364, 45.5, 10, 0, spreads[0]),
+            tuning_run("B: Shorter Context", 64, 256, 364, b_concurrency, 10, 0, spreads[1]),
+            tuning_run("C: Limited Concurrency", 64, 8, c_blocks, b_concurrency, *c_peak,
+                       spreads[2])]
+    lines = task7_report.insights(rows, 10)
+    assert_insight_fits(lines, capsys)
+    # a paged cache: whatever the figures, max_model_len reserves no memory
+    assert "reserves no KV memory" in lines[0] and "sets the KV memory" not in lines[0]
+
+
+def test_task6_value_labels_stand_above_their_error_bars():
+    """Issue 48: the labels collided with the bars. Each label stands at the top of its level's
+    range (the highest pass), and the axes leave room above the highest."""
+    six = hand_load()
+    six.num_passes = 3
+    six.spreads = [Spread(lv.tokens_per_s, 0.8 * lv.tokens_per_s, 1.1 * lv.tokens_per_s, 3)
+                   for lv in six.levels]
+    fig = lesson_6.draw_load_levels(six)
+    tps = fig.axes[0]
+    labels = [t for t in tps.texts if t.get_text() in {f"{lv.tokens_per_s:.1f}"
+                                                       for lv in six.levels}]
+    assert [t.xy for t in labels] == [(lv.num_users, s.high)
+                                      for lv, s in zip(six.levels, six.spreads)]
+    assert all(t.get_va() == "bottom" and t.xyann[1] > 0 for t in labels)   # above the cap
+    assert tps.get_ylim()[1] > max(s.high for s in six.spreads)
+    figures.plt().close(fig)

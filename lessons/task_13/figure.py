@@ -3,10 +3,11 @@ step's time at batch 1 and at the cap, in plain torch, with its C kernels (eager
 each bar split into its measured parts
 (the matmuls, attention, the rest of the forward, sampling and scheduling), with the two floors as
 lines: one read of the weights at the measured bandwidth, and the model's matmuls timed alone.
-Right, vLLM, eager (the source's) and compiled: a step's time as its tokens/s give it (requests /
-tokens per second: vLLM's phases are not timed from outside), at 1 request and at its batch, the
-same floors drawn. A bar under the matmuls-alone line gets a note under its panel (floor_note):
-that engine's own kernels beat F.linear there, so the line is no floor for it. Last, part 4: a
+Right, on an axis of its own, tokens/s (vLLM's phases are not timed from outside, and its
+tokens/s include the prefill, so they are no decode step): task 9's workload, mini_engine and vLLM
+run alike in turns, each mode; then vLLM alone at 1 request and at its batch. A bar of mini_engine
+under the matmuls-alone line gets a note under its panel (floor_note): its own kernels beat
+F.linear there, so the line is no floor for it. Last, part 4: a
 decode step's attention against the context, both engines at 1 request and at the cap
 (mini_engine's C and its torch way). A pure function of the saved record
 (lessons/task_13/record.py), read by attribute."""
@@ -77,24 +78,40 @@ def engine_panel(ax, res) -> None:
     ax.legend(loc="upper left", fontsize=8)
 
 
+ENGINE_COLORS = {"mini_engine": 0, "vLLM": 6}
+
+
 def vllm_panel(ax, res) -> None:
-    s, xs_by_batch, labels, x, bars = res.settings, {}, [], 0, []
-    for batch in (1, s.vllm_requests):
-        for j, (name, mode) in enumerate(res.vllm.items()):
-            tok_s = mode.one_tokens_per_s if batch == 1 else mode.batch_tokens_per_s
-            ms = 1000 * batch / tok_s
-            bars.append((name, batch, ms))
-            ax.bar(x, ms, 0.7, color=figures.color(6 + j), edgecolor="white")
-            ax.text(x, ms, f"{ms:.1f}", ha="center", va="bottom", fontsize=9)
-            xs_by_batch.setdefault(batch, []).append(x)
-            labels.append(f"{name}\n{batch} at once")
+    """Tokens/s, on an axis of its own: vLLM's are measured from outside, prefill included, and
+    are no decode step. Task 9's workload, each mode, mini_engine and vLLM run alike (in turns);
+    then vLLM alone at 1 request and at its batch. Colour: the engine; hatched: compiled."""
+    s, x, seen, ticks, labels = res.settings, 0, set(), [], []
+    groups = [("task 9's workload, alike",
+               [(who, mode, tok_s) for mode, v in res.vllm.items()
+                for who, tok_s in (("mini_engine", v.mini_tokens_per_s),
+                                   ("vLLM", v.workload_tokens_per_s))])]
+    groups += [(f"vLLM, {batch} at once",
+                [("vLLM", mode, v.one_tokens_per_s if batch == 1 else v.batch_tokens_per_s)
+                 for mode, v in res.vllm.items()]) for batch in (1, s.vllm_requests)]
+    for name, bars in groups:
+        first = x
+        for who, mode, tok_s in bars:
+            ax.bar(x, tok_s, 0.7, color=figures.color(ENGINE_COLORS[who]), edgecolor="white",
+                   hatch="//" if mode == "compiled" else None,
+                   label=who if who not in seen else None)
+            seen.add(who)
+            ax.text(x, tok_s, f"{tok_s:.0f}", ha="center", va="bottom", fontsize=8)
+            ticks.append(x)
+            labels.append(mode)
             x += 1
-        x += 0.5
-    floors(ax, res, {b: xs for b, xs in xs_by_batch.items() if b in res.machine.kernel_floor_s})
-    ax.set_xticks([x for xs in xs_by_batch.values() for x in xs], labels)
-    ax.set_xlabel(floor_note("vLLM", under_floor(bars, res.machine.kernel_floor_s)) or "")
-    ax.set_ylabel("a step, from tokens/s (ms)")
-    ax.set_title("vLLM: eager (the source's) and compiled")
+        ax.text((first + x - 1) / 2, -0.13, name, transform=ax.get_xaxis_transform(),
+                ha="center", va="top", fontsize=8)
+        x += 0.6
+    ax.set_xticks(ticks, labels, fontsize=7)
+    ax.set_ylim(0, 1.3 * ax.get_ylim()[1])      # room for the legend above the bars
+    ax.set_ylabel("tokens/s, prefill included")
+    ax.set_title("Tokens/s, not a step (hatched: compiled)")
+    ax.legend(loc="upper left", fontsize=8)
 
 
 def attention_panel(ax, res) -> None:
@@ -129,11 +146,8 @@ def draw_step(res):
     grid = fig.add_gridspec(rows, cols)
     top = [fig.add_subplot(grid[0, c]) for c in range(cols)]
     engine_panel(top[0], res)
-    if res.vllm:
+    if res.vllm:             # tokens/s on an axis of its own: no decode step's ms
         vllm_panel(top[1], res)
-        highest = max(ax.get_ylim()[1] for ax in top)
-        for ax in top:
-            ax.set_ylim(0, highest * 1.15)
     if res.attention:
         attention_panel(fig.add_subplot(grid[1, :]), res)
     return figures.finish(fig, "Task 13: a decode step: torch, its C, compiled; attention as the "

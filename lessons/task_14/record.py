@@ -136,6 +136,11 @@ class QuantizedKV(results.Result):
 # --- what the run can tell apart ------------------------------------------------------------------
 MARGIN_SE = 2           # a mean told apart beyond 2 standard errors (about 95 % for many tokens)
 SIGN_TEST_P = 0.05      # answers told apart where a sign test says this little of chance
+# A perplexity is called changed only past this share of the model dtype's, and past its margin
+# (perplexity_change). One passage is one sample of text, and its tokens are not independent:
+# their standard error says what this passage tells, not what another text would; a move of a
+# few per cent either way (an 8-bit cache "lowering" it by 3 % on 255 tokens) is no finding.
+PERPLEXITY_BOUND = 0.05
 
 
 @dataclass
@@ -162,6 +167,17 @@ def shift(q: Quality) -> Shift | None:
     """The mean change of the passage's log-probabilities, signed: below zero, the cache made the
     text less likely (its perplexity is the model dtype's times exp(-mean))."""
     return Shift.of(q.logprob_changes)
+
+
+def perplexity_change(q: Quality, reference: float) -> float | None:
+    """q's perplexity over the model dtype's, less one, where it is a change: past
+    PERPLEXITY_BOUND and past the margin of the per-token shift; 0.0 where it is not (no change
+    measured); None where no per-token changes were saved to judge by."""
+    move = shift(q)
+    if move is None:
+        return None
+    ratio = q.perplexity / reference - 1
+    return ratio if move.is_told_apart and abs(ratio) > PERPLEXITY_BOUND else 0.0
 
 
 def change_gap(a: Quality, b: Quality) -> Shift | None:

@@ -1,11 +1,12 @@
 """Task 14's report (task_14_quantized_kv.py prints it, in this order): what ran, the three parts
 (the arithmetic, the quality, the throughput) and the KEY INSIGHT lines, each chosen from the
-figures it states. Printing only, from the record (lessons/task_14/record.py)."""
+figures it states. Printing only, from the record (lessons/task_14/record.py). How each figure
+was taken is printed inside report.detail(): with --detail, or on the report page."""
 from __future__ import annotations
 
-from common import report
-from lessons.task_14.record import (Quality, QuantizedKV, Shift, answers_told_apart,
-                                    change_gap, shift)
+from common import fmt, report
+from lessons.task_14.record import (PERPLEXITY_BOUND, Quality, QuantizedKV, Shift,
+                                    answers_told_apart, change_gap, perplexity_change)
 
 MIB = 1 << 20
 SHORT = {"mini_engine": "mini", "vLLM": "vLLM"}       # the tables' engine names
@@ -13,18 +14,19 @@ SHORT = {"mini_engine": "mini", "vLLM": "vLLM"}       # the tables' engine names
 
 def print_run_info(model_choice, dtype, threads: int, s, source: str, note: str | None) -> None:
     report.title("Task 14: Half the Bytes a Token - a Quantized KV Cache")
-    report.run_info(model_choice, dtype, threads,
-                    Engines="mini_engine (kv_cache_dtype, kv_scale)"
-                            + (" and vLLM (--kv-cache-dtype, its server, prefix caching off)"
-                               if s.is_vllm_measured else "")
-                            + f"; pages of {s.page_tokens} tokens, max_model_len "
-                              f"{s.max_model_len}",
-                    Quality=f"{s.num_prompts} chat prompts, greedy, at most {s.max_tokens} "
-                            f"tokens (EOS allowed); {s.passage_tokens} tokens of {source}, "
-                            "teacher-forced",
-                    Load=f"{s.load_requests} prompts of {s.load_prompt_tokens} tokens at once, "
-                         f"{s.load_tokens} tokens each (EOS held off), "
-                         f"{s.load_kv_bytes // MIB} MiB of KV")
+    engines = ("mini_engine (kv_cache_dtype, kv_scale) and vLLM (--kv-cache-dtype, its server)"
+               if s.is_vllm_measured else "mini_engine (kv_cache_dtype, kv_scale)")
+    report.run_info(model_choice, dtype, threads, Engines=engines)
+    report.note(f"An {report.term('fp8')} KV cache against the model's dtype; each "
+                f"{report.term('block')} holds {s.page_tokens} tokens. Quality: {s.num_prompts} "
+                f"chat prompts, {report.term('greedy')}, at most {s.max_tokens} tokens; "
+                f"{s.passage_tokens} tokens of {source}, {report.term('teacher-forced')}.")
+    with report.detail():
+        report.row("Load", f"{s.load_requests} prompts of {s.load_prompt_tokens} tokens at once, "
+                   f"{s.load_tokens} tokens each, in {s.load_kv_bytes // MIB} MiB of KV")
+        report.row("max_model_len", s.max_model_len)
+        report.row("vLLM", "its server, prefix caching off; EOS held off in the load, allowed "
+                   "in the chat answers")
     if note:
         report.note(note)
 
@@ -32,17 +34,19 @@ def print_run_info(model_choice, dtype, threads: int, s, source: str, note: str 
 def print_capacity(r: QuantizedKV) -> None:
     s = r.settings
     report.section(f"1. THE ARITHMETIC: {s.kv_cache_bytes // MIB} MIB OF KV")
-    report.table(["format", "B/token", "pages", "tokens", "users", "read", "vLLM"],
+    report.table(["format", "B/token", "blocks", "tokens", "users", "read", "vLLM"],
                  [(c.name, f"{c.bytes_per_token:,}", f"{c.pages:,}",
                    f"{c.pages * s.page_tokens:,}", f"{c.users(s)}",
                    "-" if c.mini_engine_pages is None else f"{c.mini_engine_pages:,}",
                    "-" if c.vllm_blocks is None else f"{c.vllm_blocks} of {c.load_pages}")
                   for c in r.capacity], [15, 9, 7, 8, 7, 7, 12])
-    report.note(f"Pages of {s.page_tokens} tokens; users of {s.user_tokens} tokens. 'read': the "
-                f"pages an LLMEngine made of the same budget. 'vLLM': the blocks its server "
-                f"made of part 3's {s.load_kv_bytes // MIB} MiB, against the pages derived for "
-                "it. 'fp8 token' pays for its scales: 2 B each, one for K and one for V per "
-                "head and layer; fp8_e5m2 costs what fp8 does.")
+    report.note(f"Users of {s.user_tokens} tokens. 'fp8 token' pays for its scales: 2 B each, "
+                "for K and for V, in each head and layer.")
+    with report.detail():
+        report.note(f"Blocks of {s.page_tokens} tokens. 'read': the blocks an LLMEngine made of "
+                    f"the same budget. 'vLLM': the blocks its server made of part 3's "
+                    f"{s.load_kv_bytes // MIB} MiB, against those derived for it. fp8_e5m2 "
+                    "costs what fp8 does.")
 
 
 def print_quality(r: QuantizedKV) -> None:
@@ -53,19 +57,25 @@ def print_quality(r: QuantizedKV) -> None:
                    ",".join("-" if f is None else str(f) for f in x.first_differences),
                    x.num_empty, f"{x.mean_abs_logprob_change:.3f}",
                    f"{x.perplexity:.2f}") for x in r.quality], [20, 5, 18, 6, 8, 8])
-    stuck = [f"{SHORT[e]} {r.capacity[0].name} {n}" for e, n in r.reference_stuck.items() if n]
-    stuck += [f"{SHORT[x.engine]} {x.name} {x.num_stuck}" for x in r.quality if x.num_stuck]
-    refs = ", ".join(f"{e} {p:.2f} ({r.reference_empty[e]} empty)"
-                     for e, p in r.reference_perplexity.items())
-    report.note(f"Greedy answers of {s.num_prompts} prompts, each against the same engine's "
-                "with the model's dtype: identical, and where each first differs ('-': "
-                "identical). Empty: EOS first. Stuck (the last 12 tokens a cycle of 1-4): "
-                f"{', '.join(stuck) if stuck else 'none'}. "
-                f"|dlogp|: the mean change of the passage's {s.passage_tokens - 1} "
-                f"log-probabilities; ppl: its perplexity. The model's dtype: perplexity {refs}. "
-                "Told apart (KEY INSIGHT): a mean over the passage's tokens, beyond twice its "
-                "standard error; answers kept, by a sign test on the prompts that one format "
-                "kept and the other did not.")
+    refs = ", ".join(f"{e} {p:.2f}" for e, p in r.reference_perplexity.items())
+    report.note(f"same: greedy answers identical to the model dtype's; |dlogp|: the passage's "
+                f"mean change of log p a token; ppl: its {report.term('perplexity')} "
+                f"(model dtype: {refs}). A perplexity is called changed only past "
+                f"{PERPLEXITY_BOUND:.0%} of the model dtype's.")
+    report.row("Stuck in a loop", stuck_text(r))
+    with report.detail():
+        empty = ", ".join(f"{e} {n}" for e, n in r.reference_empty.items())
+        report.note(f"first differs: the first token that differs, per prompt ('-': identical). "
+                    f"Empty: EOS first (model dtype: {empty}). Stuck: the last 12 tokens a "
+                    f"cycle of 1-4. Told apart: a mean over the passage's "
+                    f"{s.passage_tokens - 1} tokens, beyond twice its standard error (and a "
+                    "perplexity also past the bound); answers kept, by a sign test on the "
+                    "prompts that one format kept and the other did not.")
+        fine, coarse = (r.quality_of("mini_engine", "fp8 token"),
+                        r.quality_of("mini_engine", "fp8 layer"))
+        gap = change_gap(fine, coarse) if fine and coarse else None
+        if gap:
+            report.row("Scale per token - layer", f"|dlogp| {margin_text(gap)} a token")
     if r.vllm_skipped:
         report.note(r.vllm_skipped)
 
@@ -80,89 +90,101 @@ def print_throughput(r: QuantizedKV) -> None:
                    f"{t.tokens_per_s:.1f}",
                    "-" if t.mean_tpot_s is None else f"{1000 * t.mean_tpot_s:.1f}")
                   for t in r.throughput], [20, 8, 8, 10, 10, 9])
-    report.note(f"Prompts of {s.load_prompt_tokens} tokens of the text, {s.load_tokens} tokens "
-                "each answer, all sent at once. tokens: what the budget holds; running: "
-                "requests computed at once, at most (vLLM's sampled from /metrics); tok/s: all "
-                f"the answers' tokens over the run. mini_engine wrote and read its 8-bit pages "
-                f"in {s.kv_read}.")
+    report.note(f"tokens: what the budget holds; running: requests computed at once, at most; "
+                f"{report.term('TPOT')}.")
+    with report.detail():
+        report.note(f"Prompts of {s.load_prompt_tokens} tokens of the text, {s.load_tokens} "
+                    "tokens each answer, all sent at once. vLLM's running: sampled from "
+                    "/metrics. tok/s: all the answers' tokens over the run. mini_engine wrote "
+                    f"and read its 8-bit blocks in {s.kv_read}.")
     for engine in ("mini_engine", "vLLM"):
         if r.speedup(engine):
-            ends = r.speedup_range(engine)
-            how = (f" ({ends[0]:.2f}-{ends[1]:.2f} from the ends of the passes in turns)"
-                   if ends else " (one pass each)")
-            report.row(f"{engine}, 8 bits", f"{r.speedup(engine):.2f}x tokens/s{how}")
+            report.row(f"{engine}, 8 bits", fmt.times_range(
+                speedup_spread(r, engine), "tokens/s") if r.speedup_range(engine) else
+                f"{fmt.times(r.speedup(engine))} tokens/s (one pass each)")
 
 
+def speedup_spread(r: QuantizedKV, engine: str):
+    """The speed-up with the ends of the passes in turns, as a Spread for fmt.times_range."""
+    from common.measure import Spread
+    low, high = r.speedup_range(engine)
+    return Spread(r.speedup(engine), low, high, 2)
+
+
+# --- the KEY INSIGHT: one claim a bullet, each sentence a whole template -------------------------
 def capacity_line(r: QuantizedKV) -> str:
     base, layer, token = r.capacity[0], r.capacity_of("fp8 layer"), r.capacity_of("fp8 token")
-    return (f"In {r.settings.kv_cache_bytes // MIB} MiB the 8-bit cache holds "
-            f"{layer.pages * r.settings.page_tokens:,} tokens with one scale a layer and "
-            f"{token.pages * r.settings.page_tokens:,} with a scale a token and head, against "
-            f"{base.pages * r.settings.page_tokens:,} in {base.name}: "
-            f"{layer.pages / base.pages:.2f}x and {token.pages / base.pages:.2f}x, the scales "
-            f"costing {token.bytes_per_token - layer.bytes_per_token} B of a token's "
-            f"{token.bytes_per_token:,}")
+    return (f"In {r.settings.kv_cache_bytes // MIB} MiB, fp8 holds "
+            f"{fmt.times(layer.pages / base.pages)} {base.name}'s "
+            f"{base.pages * r.settings.page_tokens:,} tokens with one scale a layer, and "
+            f"{fmt.times(token.pages / base.pages)} with a scale for each token and head.")
 
 
 def margin_text(gap: Shift) -> str:
-    """'+0.032 +/- 0.020 a token': a mean over the passage's tokens, with its margin."""
-    return f"{gap.mean:+.3f} +/- {gap.margin:.3f} a token"
+    """'+0.032 +/- 0.020': a mean over the passage's tokens, with its margin."""
+    return f"{gap.mean:+.3f} +/- {gap.margin:.3f}"
 
 
-def gap_text(gap: Shift | None, less: str, more: str) -> str:
-    """A difference of means told apart (less or more) or not, its margin beside it."""
+def change_sentence(fine: Quality, coarse: Quality) -> str:
+    """The passage's mean |change| with a scale a token against one a layer, told apart or not."""
+    gap = change_gap(fine, coarse)
+    a, b = f"{fine.mean_abs_logprob_change:.3f}", f"{coarse.mean_abs_logprob_change:.3f}"
     if gap is None:
-        return "no per-token changes saved to tell them apart"
+        return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
+                "layer: not judged (no per-token changes saved).")
     if not gap.is_told_apart:
-        return f"a difference the passage cannot tell apart ({margin_text(gap)})"
-    return f"{less if gap.mean < 0 else more} ({margin_text(gap)})"
+        return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
+                f"layer: not told apart ({margin_text(gap)}).")
+    if gap.mean < 0:
+        return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
+                "layer: less.")
+    return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
+            "layer: more.")
 
 
-def stuck_text(r: QuantizedKV, engine: str, rows) -> str:
-    """'; answers stuck in a loop: 1 with a scale a token, 0 ...' where any of rows' answers or
-    the model dtype's was stuck, else nothing. rows: (what to call it, Quality)."""
-    counts = [(f"with {name}", q.num_stuck) for name, q in rows]
-    counts.append((f"in {r.capacity[0].name}", r.reference_stuck.get(engine, 0)))
-    if not any(n for _, n in counts):
-        return ""
-    return "; answers stuck in a loop: " + ", ".join(f"{n} {where}" for where, n in counts)
+def answers_sentence(fine: Quality, coarse: Quality, n: int) -> str:
+    kept = f"{fine.num_identical} and {coarse.num_identical} of {n}"
+    if not answers_told_apart(fine, coarse):
+        return f"Answers kept: {kept}, not told apart."
+    if fine.num_identical > coarse.num_identical:
+        return f"Answers kept: {kept}, more with a scale per token, beyond chance."
+    return f"Answers kept: {kept}, more with one a layer, beyond chance."
+
+
+def stuck_text(r: QuantizedKV) -> str:
+    """'mini fp8 token 1, vLLM fp8 layer 2': the answers stuck in a loop, each engine and format
+    (the model dtype's too), or 'none'."""
+    stuck = [f"{SHORT[e]} {r.capacity[0].name} {n}" for e, n in r.reference_stuck.items() if n]
+    stuck += [f"{SHORT[x.engine]} {x.name} {x.num_stuck}" for x in r.quality if x.num_stuck]
+    return ", ".join(stuck) if stuck else "none"
 
 
 def scale_line(r: QuantizedKV) -> str | None:
-    """mini_engine's fp8 with a scale a token against one a layer (vLLM's): the passage's change,
-    the answers kept and any stuck, each compared as far as the run tells them apart."""
-    n = r.settings.num_prompts
-    fine, coarse = r.quality_of("mini_engine", "fp8 token"), r.quality_of("mini_engine",
-                                                                          "fp8 layer")
+    """mini_engine's fp8 with a scale a token against one a layer (vLLM's): the passage's change
+    and the answers kept, each compared as far as the run tells them apart."""
+    fine, coarse = (r.quality_of("mini_engine", "fp8 token"),
+                    r.quality_of("mini_engine", "fp8 layer"))
     if not fine or not coarse:
         return None
-    if answers_told_apart(fine, coarse):
-        answers = ("more with a scale a token" if fine.num_identical > coarse.num_identical
-                   else "more with one a layer") + ", beyond chance (a sign test)"
-    else:
-        answers = f"which {n} prompts cannot tell apart"
-    return (f"In mini_engine's fp8, a scale a token against one a layer (1.0, as vLLM's): the "
-            f"passage's log-probabilities changed by {fine.mean_abs_logprob_change:.3f} against "
-            f"{coarse.mean_abs_logprob_change:.3f} on average, "
-            + gap_text(change_gap(fine, coarse), "less with a scale a token",
-                       "more with a scale a token")
-            + f"; greedy answers kept: {fine.num_identical} and {coarse.num_identical} of {n}, "
-            + answers
-            + stuck_text(r, "mini_engine", [("a scale a token", fine),
-                                            ("one a layer", coarse)]))
+    return (f"{change_sentence(fine, coarse)} "
+            f"{answers_sentence(fine, coarse, r.settings.num_prompts)}")
 
 
-def perplexity_text(q: Quality) -> str:
-    """'fp8 token 23.97, lower (+0.033 +/- 0.020 a token)': the passage's perplexity through
-    this cache, and whether it moved beyond what the passage tells apart."""
-    move = shift(q)
-    if move is None:
-        verdict = "no per-token changes saved to tell it apart"
-    elif move.is_told_apart:   # log p up is perplexity down
-        verdict = ("lower" if move.mean > 0 else "higher") + f" (log p {margin_text(move)})"
-    else:
-        verdict = f"the same as far as the passage tells (log p {margin_text(move)})"
-    return f"{q.name} {q.perplexity:.2f}, {verdict}"
+def perplexity_verdict(q: Quality, reference: float) -> str:
+    """Whether the passage's perplexity through this cache moved past the bound and the margin
+    (record.perplexity_change): 'no change measured', 'a change of +29%', or 'not judged'
+    where no per-token changes were saved."""
+    change = perplexity_change(q, reference)
+    if change is None:
+        return "not judged"
+    if change == 0.0:
+        return "no change measured"
+    return f"a change of {100 * change:+.0f}%"
+
+
+def perplexity_text(q: Quality, reference: float) -> str:
+    """'fp8 token 19.20, no change measured'."""
+    return f"{q.name} {q.perplexity:.2f}, {perplexity_verdict(q, reference)}"
 
 
 def perplexity_line(r: QuantizedKV) -> str | None:
@@ -171,9 +193,9 @@ def perplexity_line(r: QuantizedKV) -> str | None:
                         r.quality_of("mini_engine", "fp8 layer")) if x]
     if not rows or "mini_engine" not in r.reference_perplexity:
         return None
-    return (f"mini_engine's perplexity of the passage: {r.capacity[0].name} "
-            f"{r.reference_perplexity['mini_engine']:.2f}; "
-            + "; ".join(perplexity_text(x) for x in rows))
+    ref = r.reference_perplexity["mini_engine"]
+    return (f"mini_engine's perplexity ({r.capacity[0].name} {ref:.2f}): "
+            + "; ".join(perplexity_text(x, ref) for x in rows) + ".")
 
 
 def vllm_line(r: QuantizedKV) -> str | None:
@@ -181,39 +203,37 @@ def vllm_line(r: QuantizedKV) -> str | None:
     theirs = r.quality_of("vLLM", "fp8 layer")
     if not theirs or "vLLM" not in r.reference_perplexity:
         return None
-    base = r.capacity[0].name
-    return (f"vLLM's fp8 (one scale a layer, 1.0): {theirs.num_identical} of "
-            f"{r.settings.num_prompts} greedy answers kept, log-probabilities changed by "
-            f"{theirs.mean_abs_logprob_change:.3f}, {theirs.num_empty} answers empty against "
-            f"{r.reference_empty.get('vLLM', 0)} in {base}"
-            + stuck_text(r, "vLLM", [("fp8", theirs)])
-            + f"; perplexity {base} {r.reference_perplexity['vLLM']:.2f}, "
-            + perplexity_text(theirs))
+    base, ref = r.capacity[0].name, r.reference_perplexity["vLLM"]
+    return (f"vLLM's fp8 kept {theirs.num_identical} of {r.settings.num_prompts} greedy "
+            f"answers ({theirs.num_empty} empty, {r.reference_empty.get('vLLM', 0)} in {base}); "
+            f"its perplexity went {ref:.2f} -> {theirs.perplexity:.2f}, "
+            f"{perplexity_verdict(theirs, ref)}.")
 
 
 def throughput_line(r: QuantizedKV) -> str | None:
+    """mini_engine's 8-bit speed-up, judged by its passes in turns; vLLM's, one pass each."""
     mine = r.speedup("mini_engine")
     if mine is None:
         return None
     base, fp8 = [t for t in r.throughput if t.engine == "mini_engine"][:2]
-    s = r.settings
-    line = (f"With {s.load_requests} prompts of {s.load_prompt_tokens} tokens in "
-            f"{s.load_kv_bytes // MIB} MiB, "
-            f"mini_engine ran {base.max_running} at once in {base.name} and {fp8.max_running} "
-            f"in 8 bits: {mine:.2f}x tokens/s")
+    mib, n, b, gain = (r.settings.load_kv_bytes // MIB, base.max_running, fp8.max_running,
+                       fmt.times(mine))
     ends = r.speedup_range("mini_engine")
     if ends is None:      # one pass each: no spread, and the machine drifts by a fifth
-        line += " (one pass each way, no spread to judge by)"
-    elif ends[0] > 1 or ends[1] < 1:
-        line += (f" ({ends[0]:.2f}-{ends[1]:.2f} from the passes in turns: "
-                 f"{'faster' if ends[0] > 1 else 'slower'} in 8 bits, in every pairing)")
+        said = (f"In {mib} MiB mini_engine ran {n} prompts at once in {base.name}, {b} in 8 "
+                f"bits: {gain} tokens/s, one pass each, no spread.")
+    elif ends[0] > 1:
+        said = (f"In {mib} MiB mini_engine ran {n} prompts at once in {base.name}, {b} in 8 "
+                f"bits: {gain} tokens/s ({ends[0]:.2f}-{ends[1]:.2f}), faster in every pairing.")
+    elif ends[1] < 1:
+        said = (f"In {mib} MiB mini_engine ran {n} prompts at once in {base.name}, {b} in 8 "
+                f"bits: {gain} tokens/s ({ends[0]:.2f}-{ends[1]:.2f}), slower in every pairing.")
     else:
-        line += (f" ({ends[0]:.2f}-{ends[1]:.2f} from the passes in turns: not told apart "
-                 f"from the same speed)")
+        said = (f"In {mib} MiB mini_engine ran {n} prompts at once in {base.name}, {b} in 8 "
+                f"bits: {gain} tokens/s ({ends[0]:.2f}-{ends[1]:.2f}), not told apart from the "
+                "same speed.")
     theirs = r.speedup("vLLM")
-    if theirs is not None:
-        line += f"; vLLM {theirs:.2f}x (one pass each: a server a format)"
-    return line
+    return said if theirs is None else f"{said} vLLM: {fmt.times(theirs)}."
 
 
 def insight(r: QuantizedKV) -> list[str]:
@@ -225,4 +245,5 @@ def print_report(r: QuantizedKV) -> None:
     print_capacity(r)
     print_quality(r)
     print_throughput(r)
+    report.detail_hint()
     report.insight(insight(r))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from common import cli, engine, figures, report, results, settings
 from lessons.task_1 import FIGURES
 from lessons.task_1.record import HFBaseline
+from lessons.task_1.report import print_report
 
 SCRIPT = "task_1_hf_baseline"
 
@@ -33,23 +34,7 @@ def main(argv: list[str] | None = None) -> HFBaseline:
     print("Loading model with HuggingFace transformers and generating...", flush=True)
     gen = engine.hf_generate(model.path, dtype.dtype, args.prompt, args.max_tokens)
 
-    report.section("WHAT RAN")
-    report.run_info(model, dtype, gen.threads,
-                    Sampling=f"do_sample=True, temperature={settings.TEMPERATURE}, "
-                             f"seed={settings.SEED}, {args.max_tokens} new tokens (EOS held off)")
-    report.section("RESULTS")
-    report.note(f"Generated text: {gen.text[:120] + ('...' if len(gen.text) > 120 else '')!r}")
-    report.row("Prompt tokens", gen.prompt_tokens)
-    report.row("Generated tokens", gen.generated_tokens)
-    report.row("Model load time (s)", f"{gen.load_time_s:.2f}")
-    report.row("Total time (s)", engine.time_text(gen.total_time_s, gen.pass_times_s))
-    report.row("Tokens per second (tok/s)", f"{gen.tokens_per_s:.1f}")
-    report.insight([
-        "This is SINGLE-REQUEST performance",
-        "There is no batching - one request at a time",
-        f"Under load, requests queue: 20 users one after another would wait about "
-        f"{20 * gen.total_time_s:.0f} s for the last answer ({gen.total_time_s:.2f} s each)",
-    ])
+    print_report(gen, model, dtype, args.max_tokens)
 
     sampling = engine.Sampling(args.prompt, args.max_tokens, settings.TEMPERATURE, settings.SEED)
     record = HFBaseline.of(gen, sampling, results.RunHeader.of(model, dtype, gen.threads))

@@ -11,9 +11,10 @@ how much of the reservation each one wastes, the memory utilisation, how many us
 """
 from __future__ import annotations
 
-from common import cli, figures, kv, report, results, settings
+from common import cli, figures, kv, results, settings
 from lessons.task_3 import FIGURES
 from lessons.task_3.record import ContiguousKV, ContiguousRequest
+from lessons.task_3.report import print_report
 
 SCRIPT = "task_3_kv_cache_problem"
 
@@ -25,32 +26,6 @@ def parse_args(argv: list[str] | None):
     args = parser.parse_args(argv)
     args.names = cli.check_kv_simulation_args(parser, args)
     return args
-
-
-def print_requests(args, contiguous: kv.AllocationSummary) -> None:
-    report.section("SIMULATING CONTIGUOUS ALLOCATION")
-    report.note(f"(Each request gets {args.max_len} token slots, regardless of actual usage)")
-    for i, (name, a) in enumerate(zip(args.names, contiguous.allocations), start=1):
-        report.note(f"Request {i} ({name}): {a.num_used}/{a.num_allocated} used "
-                    f"({a.waste_pct:.1f}% wasted)", indent=2)
-        report.note(report.bar(a.num_used, a.num_allocated), indent=4)
-    report.section("SUMMARY")
-    report.row("Total allocated", f"{contiguous.num_allocated} token slots")
-    report.row("Total actually used", f"{contiguous.num_used} token slots")
-    report.row("Memory utilization", f"{contiguous.utilization_pct:.1f}%")
-    report.row("Overall waste", f"{contiguous.waste_pct:.1f}%")
-
-
-def print_users(args, mean_used: int, users_contiguous: int, users_ideal: int) -> None:
-    report.section("CONCURRENT USER IMPACT")
-    report.note(f"With {args.total_slots} total memory slots:", indent=2)
-    report.note(f"- Contiguous allocation: {users_contiguous} users max "
-                f"({args.total_slots} // {args.max_len})", indent=2)
-    report.note(f"- Ideal (no waste):      {users_ideal} users max "
-                f"({args.total_slots} // {mean_used}, the mean request)", indent=2)
-    if users_contiguous:
-        report.note(f"- You are serving {users_ideal / users_contiguous:.1f}x fewer users "
-                    f"than possible!", indent=2)
 
 
 def main(argv: list[str] | None = None) -> ContiguousKV:
@@ -72,17 +47,7 @@ def main(argv: list[str] | None = None) -> ContiguousKV:
         users=[(f"Contiguous ({args.max_len} each)", args.max_len),
                (f"Ideal ({mean_used} each)", mean_used)])
 
-    report.title("Task 3: The KV Cache Problem - Why Memory Matters")
-    report.row("Pre-allocated per request", f"{args.max_len} token slots")
-    report.row("Concurrent requests", len(args.lengths))
-    print_requests(args, contiguous)
-    print_users(args, mean_used, users_contiguous, users_ideal)
-    kv.print_kv_bytes(model, in_bytes)
-    report.insight([
-        "Contiguous allocation reserves the worst case for every request",
-        f"Here {contiguous.waste_pct:.1f}% of the reserved KV memory holds nothing",
-        "The waste caps how many users fit, not how fast each one is served",
-    ])
+    print_report(args, model, contiguous, mean_used, users_contiguous, users_ideal, in_bytes)
 
     record = ContiguousKV(
         kv.Simulation(args.lengths, args.max_len, args.total_slots),

@@ -1,36 +1,38 @@
 """Task 4: PagedAttention - vLLM's solution.
 
-Instead of reserving --max-len slots per request, hand out small pages of --page-size tokens
-as tokens are generated, the way an OS hands out 4 KB memory pages. A real page allocator (a
-free list of page ids) serves the same five requests as task 3, one token at a time,
-interleaved as in decoding, from a pool of the memory contiguous allocation reserves for ONE
-request; each request's waste is then bounded by one page, and a request that has all its tokens
-gives its pages back for the others. Prints the pages per request, what the pool went through
-(peak, pages handed out again), the side-by-side comparison with contiguous allocation, the
-users that fit, and the bytes for the model the lab runs.
+Instead of reserving --max-len slots per request, hand out small blocks of --block-size tokens
+as tokens are generated, the way an OS hands out 4 KB memory pages (the paper, PagedAttention,
+calls a block a page; vLLM says block). A real block allocator (a free list of block ids) serves
+the same five requests as task 3, one token at a time, interleaved as in decoding, from a pool
+of the memory contiguous allocation reserves for ONE request; each request's waste is then
+bounded by one block, and a request that has all its tokens gives its blocks back for the
+others. Prints the blocks per request, what the pool went through (peak, blocks handed out
+again), the side-by-side comparison with contiguous allocation, the users that fit, and the
+bytes for the model the lab runs. (The code keeps the page_* names the saved record uses.)
 
     python task_4_paged_attention.py [--lengths 45,128,23,256,67] [--max-len 512]
-                                     [--page-size 16] [--total-slots 10000] [--model M]
+                                     [--block-size 16] [--total-slots 10000] [--model M]
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
 
-from common import cli, figures, kv, report, results, settings
+from common import cli, figures, kv, results, settings
 from lessons.task_4 import FIGURES
 from lessons.task_4.record import PagedFigures, PagedKV, PagedRequest, PagedSimulation, Slots
+from lessons.task_4.report import print_report
 
 SCRIPT = "task_4_paged_attention"
 
 
-# --- the page allocator ----------------------------------------------------------------------
+# --- the block allocator ----------------------------------------------------------------------
 class OutOfPages(Exception):
     pass
 
 
 class PageAllocator:
-    """A pool of fixed-size pages handed out one at a time from a free list (vLLM's
+    """A pool of fixed-size blocks handed out one at a time from a free list (vLLM's
     BlockPool / nano-vllm's BlockManager)."""
 
     def __init__(self, num_pages: int, page_size: int):
@@ -44,7 +46,7 @@ class PageAllocator:
 
     def allocate(self) -> int:
         if not self.free_pages:
-            raise OutOfPages(f"all {self.num_pages} pages are in use")
+            raise OutOfPages(f"all {self.num_pages} blocks are in use")
         return self.free_pages.popleft()
 
     def free(self, pages: list[int]) -> None:
@@ -53,13 +55,13 @@ class PageAllocator:
 
 @dataclass
 class Sequence:
-    """One request's tokens and its page table (logical page i -> physical page id)."""
+    """One request's tokens and its block table (logical block i -> physical block id)."""
     name: str
     num_tokens: int = 0
     page_table: list[int] = field(default_factory=list)
 
     def append_slot(self, allocator: PageAllocator) -> None:
-        """Add one token; take a new page only when the last one is full."""
+        """Add one token; take a new block only when the last one is full."""
         if self.num_tokens % allocator.page_size == 0:
             self.page_table.append(allocator.allocate())
         self.num_tokens += 1
@@ -89,7 +91,7 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
     """
     if max(kv.cdiv(n, page_size) for n in lengths) > num_pool_pages:
         raise OutOfPages(f"a request of {max(lengths)} tokens needs more than the "
-                         f"{num_pool_pages} pages of the pool")
+                         f"{num_pool_pages} blocks of the pool")
     allocator = PageAllocator(num_pool_pages, page_size)
     sequences = [Sequence(name) for name in names]
     finish_steps = [0] * len(sequences)
@@ -131,79 +133,21 @@ def run_paged(lengths: list[int], names: list[str], page_size: int, num_pool_pag
                     num_reused, num_preempted, finish_steps, peak_step, tables_at_peak)
 
 
-# --- the report ------------------------------------------------------------------------------
+# --- the flags ------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None):
     parser = cli.LabArgumentParser(description=__doc__.splitlines()[0])
     cli.add_kv_simulation_args(parser)
-    parser.add_argument("--page-size", type=cli.positive_int, default=16,
-                        help="tokens per page (default 16, vLLM's GPU block size)")
+    parser.add_argument("--block-size", "--page-size", dest="page_size", type=cli.positive_int,
+                        default=16, help="tokens per block (default 16, vLLM's GPU block size; "
+                                         "--page-size: the paper's word)")
     cli.add_model_args(parser)
     args = parser.parse_args(argv)
     args.names = cli.check_kv_simulation_args(parser, args)
     return args
 
 
-def print_pages(args, paged: PagedRun) -> None:
-    report.title("Task 4: PagedAttention - vLLM's Solution")
-    report.row("Page size", f"{args.page_size} tokens per page")
-    report.row("Contiguous allocation", f"{args.max_len} slots per request (worst case)")
-    report.row("Page pool", f"{paged.num_pool_pages} pages = "
-                            f"{paged.num_pool_pages * args.page_size} slots")
-    report.note("(what contiguous allocation reserves for ONE request)", indent=2)
-    report.section("PAGED ALLOCATION (like vLLM's PagedAttention)")
-    for i, (seq, a, step) in enumerate(zip(paged.sequences, paged.summary.allocations,
-                                           paged.finish_steps), start=1):
-        pages = len(seq.page_table)
-        report.note(f"Request {i}: {seq.num_tokens} tokens -> {pages} pages "
-                    f"({a.num_allocated} slots), waste {a.waste_pct:.1f}%", indent=2)
-        report.note(f"Pages: [{'|'.join(['##'] * pages)}]", indent=4)
-        report.note(f"physical page ids: {', '.join(map(str, seq.page_table))}; freed at "
-                    f"step {step}", indent=4)
-    report.section("THE PAGE POOL, STEP BY STEP")
-    report.row("Pages per request, summed", paged.summary.num_allocated // args.page_size)
-    report.row("Most in use at once (peak)", f"{paged.num_pages_peak} of {paged.num_pool_pages}, "
-                                             f"first at step {paged.peak_step}")
-    report.row("Handed out again after a free", paged.num_pages_reused)
-    report.row("Requests preempted", f"{paged.num_preempted} (pool full: the newest gave its "
-                                     f"pages back and started over)" if paged.num_preempted
-               else "0 (the pool never ran out)")
-    report.row("Free after the last finished", f"{paged.num_free_after} of {paged.num_pool_pages}")
-
-
-def print_comparison(args, contiguous: kv.AllocationSummary, paged: PagedRun,
-                     mean_paged: int, users_contiguous: int, users_paged: int) -> None:
-    report.section("SIDE-BY-SIDE COMPARISON")
-    rows = [(name, f"{s.num_allocated} slots", f"{s.num_used} slots", f"{s.utilization_pct:.1f}%")
-            for name, s in (("Contiguous", contiguous), ("Paged", paged.summary))]
-    report.table(["Method", "Total Allocated", "Total Used", "Utilization"], rows,
-                 widths=[12, 18, 14, 13])
-    report.note(f"Memory saved: {contiguous.num_allocated - paged.summary.num_allocated} slots "
-                f"({contiguous.num_allocated / paged.summary.num_allocated:.1f}x less memory)")
-    report.section("CONCURRENT USER IMPACT")
-    report.note(f"With {args.total_slots} total memory slots:", indent=2)
-    report.note(f"- Contiguous: {users_contiguous} concurrent users "
-                f"({args.total_slots} // {args.max_len})", indent=2)
-    report.note(f"- Paged:      {users_paged} concurrent users "
-                f"({args.total_slots} // {mean_paged}, the mean request)", indent=2)
-    if users_contiguous:
-        report.note(f"- Improvement: {users_paged / users_contiguous:.1f}x more users!", indent=2)
-
-
-def insights(contiguous: kv.AllocationSummary, paged: PagedRun) -> list[str]:
-    pool_line = (f"Requests finish at different times: at most {paged.num_pages_peak} of the "
-                 f"{paged.num_pool_pages}-page pool were in use at once, and "
-                 f"{paged.num_pages_reused} freed pages went to requests still growing")
-    if paged.num_preempted:
-        pool_line += (f"; the pool filled up {paged.num_preempted} time(s), and a request had to "
-                      f"start over")
-    return [f"Paging raises utilisation from {contiguous.utilization_pct:.1f}% to "
-            f"{paged.summary.utilization_pct:.1f}%: waste is under one page per request",
-            "Pages are handed out as tokens arrive and need not be contiguous (see the page ids)",
-            pool_line]
-
-
 def saved_requests(paged: PagedRun) -> list[PagedRequest]:
-    """Each request's pages as saved (the figure of the pool reads those held at the peak)."""
+    """Each request's blocks as saved (the figure of the pool reads those held at the peak)."""
     return [PagedRequest(s.name, s.num_tokens, len(s.page_table), s.page_table, a.num_allocated,
                          round(a.waste_pct, 1), step, at_peak)
             for s, a, step, at_peak in zip(paged.sequences, paged.summary.allocations,
@@ -233,7 +177,7 @@ def main(argv: list[str] | None = None) -> PagedKV:
     dtype = settings.resolve_dtype(args.dtype)
 
     contiguous = kv.allocate_contiguous(args.lengths, args.max_len)
-    # The pool: the memory contiguous allocation reserves for ONE request, cut into pages.
+    # The pool: the memory contiguous allocation reserves for ONE request, cut into blocks.
     paged = run_paged(args.lengths, args.names, args.page_size,
                       kv.cdiv(args.max_len, args.page_size))
     # Users that fit: contiguous reserves max_len each; paged needs the mean of the pages it
@@ -245,15 +189,13 @@ def main(argv: list[str] | None = None) -> PagedKV:
         kv.ModelKV.from_folder(model.path, dtype.dtype), settings.KV_CACHE_BYTES,
         settings.BLOCK_SIZE, settings.MAX_MODEL_LEN,
         slots=[("Contiguous allocated", contiguous.num_allocated),
-               ("Paged allocated", paged.summary.num_allocated),
+               ("In blocks, allocated", paged.summary.num_allocated),
                ("Memory saved", contiguous.num_allocated - paged.summary.num_allocated)],
         users=[(f"Contiguous ({args.max_len} each)", args.max_len),
-               (f"Paged ({mean_paged} each)", mean_paged)])
+               (f"In blocks ({mean_paged} each)", mean_paged)])
 
-    print_pages(args, paged)
-    print_comparison(args, contiguous, paged, mean_paged, users_contiguous, users_paged)
-    kv.print_kv_bytes(model, in_bytes)
-    report.insight(insights(contiguous, paged))
+    print_report(args, model, contiguous, paged, mean_paged, users_contiguous, users_paged,
+                 in_bytes)
 
     record = result(args, contiguous, paged, mean_paged, users_contiguous, users_paged, in_bytes,
                     results.RunHeader.of(model, dtype))

@@ -22,6 +22,7 @@ from common import cli, figures, load, measure, report, results, settings
 from common.load import HttpCall, completion_payload, refusal
 from lessons.task_5 import FIGURES
 from lessons.task_5.record import ApiServer, ApiSettings
+from lessons.task_5.report import first_request_note, insights, print_responses, print_server
 
 SCRIPT = "task_5_api_server"
 PROMPT = "What is inference in machine learning?"
@@ -66,43 +67,6 @@ def median_call(calls: list[HttpCall]) -> tuple[HttpCall, measure.Spread]:
     return calls[measure.median_index(latencies)], measure.Spread.of(latencies)
 
 
-def first_request_note(first_s: float, later: measure.Spread) -> str:
-    """The first request against the passes after it: only slower than all of them is it a
-    warm-up cost (a server's first request pays for what its start left to do)."""
-    if first_s > later.high:
-        return (f"The first request took {first_s:.2f} s, longer than every later pass "
-                f"({later.low:.2f}-{later.high:.2f} s): a warm-up the later figures leave out.")
-    return (f"The first request took {first_s:.2f} s, within or under the later passes "
-            f"({later.low:.2f}-{later.high:.2f} s): this server was already warm.")
-
-
-def clients_line(raw: measure.Spread, sdk: measure.Spread) -> str:
-    """Plain HTTP against the SDK, told apart only where their passes are."""
-    line = (f"The same JSON over plain HTTP took {raw.median:.2f} s, the SDK {sdk.median:.2f} s "
-            f"(medians of {raw.num_passes} passes, in turns)")
-    if raw.num_passes < 2 or sdk.num_passes < 2:
-        return line + ": one pass each, not told apart from the machine's drift"
-    if raw.overlaps(sdk):
-        return line + ": within each other's passes, so the SDK adds nothing measurable"
-    return line + (f": apart by more than their passes; the SDK took "
-                   f"{sdk.median / raw.median:.2f}x plain HTTP's time")
-
-
-def print_server(srv, model, dtype, prompt: str) -> None:
-    """Which server answers (started, reused or external), with what, for which prompt."""
-    report.row("Server URL", srv.base_url)
-    shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."
-    report.row("Prompt", f'"{shown}"')
-    if srv.state == "external":
-        report.row("Model", srv.model_name)
-        report.row("Server", "external (--base-url): not started or stopped by the lab")
-    else:
-        report.run_info(model, dtype, settings.num_cores(), Engine=srv.config.describe())
-        report.row("Server", f"{srv.state} (PID {srv.pid}), log: {srv.log_path}")
-        if srv.startup_s is not None:
-            report.row("Ready after (s)", f"{srv.startup_s:.1f}")
-
-
 def main(argv: list[str] | None = None) -> ApiServer:
     args = parse_args(argv)
     report.title("Task 5: vLLM OpenAI-Compatible API Server")
@@ -120,24 +84,8 @@ def main(argv: list[str] | None = None) -> ApiServer:
     passes = measure.in_turns(ways, args.passes)
     (raw, raw_s), (sdk, sdk_s) = (median_call(passes[way]) for way in ways)
     report.note(first_request_note(first.latency_s, raw_s))
-    for name, r, spread in (("RESPONSE: raw HTTP (requests)", raw, raw_s),
-                            ("RESPONSE: official openai client, only base_url changed", sdk,
-                             sdk_s)):
-        report.section(name)
-        report.note(f"Response (its median pass): {r.text.strip()!r}")
-        report.row("Latency (s)", spread.text(digits=2))
-        report.row("Prompt tokens", r.prompt_tokens)
-        report.row("Completion tokens", r.completion_tokens)
-
-    report.section("API DETAILS")
-    report.row("Format", "OpenAI-compatible (drop-in replacement)")
-    report.row("Auth", "no API key needed (local server)")
-    if srv.state != "external":
-        report.row("Server left running", "for tasks 6-8; stop it with `make stop`")
-    report.insight([
-        "Any app using the OpenAI SDK works with vLLM: the client above changed only base_url",
-        clients_line(raw_s, sdk_s),
-    ])
+    print_responses(srv, raw, raw_s, sdk, sdk_s)
+    report.insight(insights(raw_s, sdk_s))
     asked = ApiSettings(args.prompt, args.max_tokens, settings.TEMPERATURE,
                         srv.config.describe() if srv.config else None)
     record = ApiServer(srv.base_url, srv.state, asked, raw, sdk,

@@ -1,7 +1,7 @@
 """KV-cache arithmetic and the data of tasks 3-4: the source's five requests, contiguous
-allocation (task 4's pages are counted against it), token slots in bytes for the model that
+allocation (task 4's blocks are counted against it), token slots in bytes for the model that
 runs (and their IN BYTES section, printed through common.report), and the engine's capacity
-derived from the model config (task 2 checks it against what vLLM reports). Task 4's own page
+derived from the model config (task 2 checks it against what vLLM reports). Task 4's own block
 allocator lives in task_4_paged_attention.py."""
 from __future__ import annotations
 
@@ -154,8 +154,9 @@ def print_kv_bytes(model, figures: KVBytes) -> None:
     bpt = model_kv.bytes_per_token
     report.section(f"IN BYTES: the model in {model_kv.dtype}")
     report.row("Model", model.name)
-    report.row("  from", model.source)
-    report.row("  path", model.path)
+    with report.detail():          # where the model came from: the report page, or --detail
+        report.row("  from", model.source)
+        report.row("  path", model.path)
     report.row("KV bytes per token", f"{bpt:,} B")
     report.note(f"= {model_kv.formula()}", indent=2)
     for label, num_slots in figures.slots:
@@ -167,15 +168,28 @@ def print_kv_bytes(model, figures: KVBytes) -> None:
     # the same derivation task 2 checks against its engine
     report.row("  in whole vLLM blocks", f"{in_blocks.num_blocks:,} x {in_blocks.block_size} = "
                                          f"{in_blocks.num_tokens:,} tokens")
-    left = budget_tokens - in_blocks.num_tokens
-    report.note(f"(vLLM allocates whole blocks of {in_blocks.block_size} tokens: "
-                + (f"the {left:,} slots left fill no block; " if left else "")
-                + f"task 2 checks {in_blocks.num_tokens:,} against its engine)", indent=2)
+    report.note(blocks_note(budget_tokens, in_blocks), indent=2)
     for label, slots_per_user, fit in figures.users:
         report.row(f"  {label}", f"{fit:,} users ({budget_tokens:,} // {slots_per_user})")
 
 
-# --- Tasks 3-4: contiguous pre-allocation (task 4 counts its pages the same way) ------------
+def blocks_note(budget_tokens: int, in_blocks: KVCapacity) -> str:
+    """Why the budget in whole blocks holds fewer tokens than its slots: the slots left over
+    (none, one, or more) fill no block."""
+    left, size, tokens = budget_tokens - in_blocks.num_tokens, in_blocks.block_size, \
+        in_blocks.num_tokens
+    unit = report.term("block")
+    if left == 0:
+        return (f"(vLLM allocates the budget one {unit} at a time, {size} tokens each: no slot "
+                f"is left over; task 2 checks {tokens:,} against its engine)")
+    if left == 1:
+        return (f"(vLLM allocates the budget one {unit} at a time, {size} tokens each: the one "
+                f"slot left fills no block; task 2 checks {tokens:,} against its engine)")
+    return (f"(vLLM allocates the budget one {unit} at a time, {size} tokens each: the "
+            f"{left:,} slots left fill no block; task 2 checks {tokens:,} against its engine)")
+
+
+# --- Tasks 3-4: contiguous pre-allocation (task 4 counts its blocks the same way) ------------
 @dataclass(frozen=True)
 class Allocation:
     num_used: int        # token slots the request actually fills

@@ -10,18 +10,22 @@ from types import SimpleNamespace
 
 import pytest
 
-import task_2_vllm_inference as task2
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
-import task_5_api_server as task5
-import task_6_multi_user_load as task6
 import task_7_tuning as task7
 import task_8_dashboard as task8
-from common import kv, load, report
+from common import engine, kv, load, report, results
 from common.load import LoadLevel, RequestResult
 from common.measure import Spread
 from lessons import task_7 as lesson_7
+from lessons.task_2 import report as task2
+from lessons.task_2.record import Baseline
+from lessons.task_5 import report as task5
+from lessons.task_6 import record as record6
+from lessons.task_6 import report as task6
 from lessons.task_6.record import LEVEL, SEQUENTIAL
+from lessons.task_7 import report as show7
+from lessons.task_8 import report as show8
 from tests.helpers import assert_fits, assert_says
 
 
@@ -67,8 +71,8 @@ def test_task_3_says_how_vllm_cuts_the_budget_into_blocks(model_args, capsys):
     r = task3.main(model_args).in_bytes
     assert (r.budget_token_slots, r.budget_blocks, r.block_size_tokens) == (131_072, 8_192, 16)
     note = " ".join(capsys.readouterr().out.split()).partition("(vLLM allocates")[2]
-    assert_says(note, "blocks of 16 tokens", "131,072", branch="task 2 checks",
-                not_branch="slots left")
+    assert_says(note, "16 tokens each", "131,072", branch=("no slot is left over", "task 2 checks"),
+                not_branch=("slots left fill", "slot left fills"))
 
 
 def test_the_slots_no_whole_block_holds_are_named(capsys):
@@ -80,8 +84,15 @@ def test_the_slots_no_whole_block_holds_are_named(capsys):
     assert (figures.budget_tokens, figures.in_blocks.num_tokens) == (2_912, 2_816)
     kv.print_kv_bytes(SimpleNamespace(name="m", source="given", path="/m"), figures)
     note = " ".join(capsys.readouterr().out.split()).partition("(vLLM allocates")[2]
-    assert_says(note, "blocks of 128 tokens", "the 96 slots left", "2,816",
-                branch=("fill no block", "task 2 checks"))
+    assert_says(note, "128 tokens each", "the 96 slots left", "2,816",
+                branch=("fill no block", "task 2 checks"), not_branch="no slot is left over")
+    # the real model in bf16 (23,040 B a token): 5,825 slots, 364 x 16 = 5,824: one slot left,
+    # said in the singular
+    model_kv = dataclasses.replace(model_kv, dtype="bfloat16", dtype_bytes=2)
+    figures = kv.kv_bytes(model_kv, 128 * 2**20, 16, 128, slots=[], users=[])
+    assert (figures.budget_tokens, figures.in_blocks.num_tokens) == (5_825, 5_824)
+    assert_says(kv.blocks_note(figures.budget_tokens, figures.in_blocks), "16 tokens each",
+                "the one slot left fills no block", "5,824", not_branch="slots left")
 
 
 # --- task 2: the KV check compares the engine with what the lab asked for ---------------------
@@ -110,15 +121,29 @@ def level_of(users: int, duration_s: float, latency_s: float, ttft_s: float,
 
 def test_task6_insight_when_throughput_scales():
     # 1 user: 50 tokens in 5.0 s = 10.0 tok/s; 20 users: 1,000 tokens in 10.0 s = 100.0 tok/s:
-    # 10.0x, past SCALES_AT (1.5x). TTFT 0.50 s at 20 users; in line, one after another, 19 / 2
-    # x 5.0 + 0.2 = 47.70 s, and 0.50 is under half of it: batched as they came. Latency 9.00 /
-    # 5.00 = 1.8x, past LATENCY_ROSE_AT (1.1x)
-    lines = task6.insights([level_of(1, 5.0, 5.0, 0.2), level_of(20, 10.0, 9.0, 0.5)], None)
+    # 10.0x, past SCALES_AT (1.5x). TTFT 0.50 s at 20 users; no sequential requests measured, so
+    # in line, one after another, is computed: 19 / 2 x 5.0 + 0.2 = 47.70 s, and 0.50 is under
+    # half of it: batched. Latency 9.00 / 5.00 = 1.8x, past LATENCY_ROSE_AT (1.1x)
+    levels = [level_of(1, 5.0, 5.0, 0.2), level_of(20, 10.0, 9.0, 0.5)]
+    lines = task6.insights(levels, None)
     assert len(lines) == 3
     assert_says(lines[0], "10.0x", "1 to 20 users", "10.0 -> 100.0 tok/s",
-                branch="SCALES", not_branch=("barely grew", "each step took"))
-    assert_says(lines[1], "20 requests", "0.50 s", "(0.20 s alone)", "after 47.70 s",
-                branch="continuous batching", not_branch="queued")
+                branch="SCALES", not_branch=("barely grew", "Each step took"))
+    assert_says(lines[1], "20 requests", "0.50 s", "47.70 s",
+                branch=("(computed from one request alone)", "batched, not served in line",
+                        "Task 9 tells continuous batching from static"),
+                not_branch=("queued", "as they arrived", "when sent one after another"))
+    assert record6.computed_in_line_ttft_s(20, 5.0, 0.2) == pytest.approx(47.7)
+    # the 20 sent one after another, measured: each 6.0 s, the k-th sent at k x 6.0 s, its
+    # first token 0.2 s later: (0 + 1 + ... + 19) / 20 x 6.0 + 0.2 = 57.20 s, not the 47.70
+    # one request alone would give
+    seq = sequential_of(20, 6.0)
+    in_line = record6.in_line_ttft_s(seq)
+    assert in_line == pytest.approx(57.2)
+    assert_says(task6.insights(levels, seq, None, in_line)[1], "20 requests", "0.50 s",
+                "57.20 s when sent one after another",
+                branch=("came together, not in line", "Task 9"),
+                not_branch=("computed", "47.70", "queued", "as they arrived"))
     assert_says(lines[2], "5.00 s alone", "9.00 s", "(1.8x)", "20 users", "10.0x",
                 branch=("latency rose", "while throughput rose"),
                 not_branch=("hardly changed", "little more throughput"))
@@ -135,14 +160,21 @@ def test_task6_insight_when_it_does_not():
     lines = task6.insights([level_of(1, 5.0, 5.0, 0.2), level_of(4, 18.0, 18.0, 6.0)], None)
     assert len(lines) == 3
     assert_says(lines[0], "1.1x", "1 to 4 users", "10.0 -> 11.1 tok/s", "2.5x", "4 requests",
-                branch=("barely grew", "each step took"), not_branch="SCALES")
-    assert_says(lines[1], "4 users", "(6.00 s)", "(7.70 s)",
-                branch="queued", not_branch="continuous batching")
-    assert task6.in_line_ttft_s(4, 5.0, 0.2) == 7.7
+                branch=("barely grew", "Each step took"), not_branch="SCALES")
+    assert_says(lines[1], "4 users", "(6.00 s)", "7.70 s",
+                branch=("queued", "(computed from one request alone)"),
+                not_branch=("batched", "Task 9"))
+    assert record6.computed_in_line_ttft_s(4, 5.0, 0.2) == 7.7
+    # measured one after another (4 of 5.0 s each: 1.5 x 5.0 + 0.2 = 7.70 s): said as measured
+    seq = sequential_of(4, 5.0)
+    assert_says(task6.insights([level_of(1, 5.0, 5.0, 0.2), level_of(4, 18.0, 18.0, 6.0)], seq,
+                               None, record6.in_line_ttft_s(seq))[1],
+                "(6.00 s)", "7.70 s of the same requests sent one after another",
+                branch="queued", not_branch=("computed", "batched"))
     assert_says(lines[2], "5.00 s alone", "18.00 s", "(3.6x)", "4 users",
                 branch=("latency rose", "with little more throughput"),
                 not_branch=("while throughput rose", "hardly changed"))
-    assert not any("SCALES" in line or "continuous batching" in line for line in lines)
+    assert not any("SCALES" in line or "batched" in line for line in lines)
 
 
 def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
@@ -154,7 +186,7 @@ def test_task6_insight_counts_failures_and_a_dead_level_prints_dashes():
     # the largest level has no request that succeeded: no figure to compare
     assert_says(lines[1], "1, 5 user(s)", branch="Nothing to compare",
                 not_branch=("SCALES", "barely grew"))
-    assert load.seconds(dead.mean_latency_s) == "-"
+    assert task6.fmt.secs(dead.mean_latency_s) == "-"
     assert dead.mean_latency_s is None and dead.num_failed == 5 and dead.num_ok == 0
     # saved as measured: nothing measured is left out, and it reads back the same
     assert "mean_latency_s" not in dead.to_dict() and dead.to_dict()["errors"] == ["boom"]
@@ -184,8 +216,10 @@ def test_task6_scaling_factor_and_per_user_speed_by_hand(capsys):
 
 
 def sequential_of(users: int, latency_s: float, tokens: int = 50) -> LoadLevel:
-    """users requests one after another, each alone: latency_s each, TTFT 0.2 s."""
-    requests = [RequestResult(True, tokens, 10, 0.2, latency_s)] * users
+    """users requests one after another, each alone: latency_s each, TTFT 0.2 s, the k-th sent
+    at k x latency_s."""
+    requests = [RequestResult(True, tokens, 10, 0.2, latency_s, start_s=k * latency_s)
+                for k in range(users)]
     return LoadLevel.of(requests, users * latency_s, is_concurrent=False)
 
 
@@ -198,19 +232,21 @@ def test_task6_one_request_alone_is_checked_two_ways(capsys):
                 level_of(1, 10.5, 10.5, 0.2)]
     twenty = level_of(20, 12.5, 6.0, 0.5)                                  # 1,000 / 12.5 = 80.0
     seq = sequential_of(20, 5.0)
-    alone = task6.alone_of(one_user, seq)
+    alone = record6.alone_of(one_user, seq)
     assert not alone.agree and alone.used == SEQUENTIAL
     assert (alone.level.median, alone.level.low, alone.level.high) == (5.0, 50 / 10.5, 50 / 9.0)
     assert (alone.tokens_per_s, alone.latency_s) == (10.0, 5.0)
     levels = [one_user[0], twenty]
-    spreads = [alone.level, task6.measure.Spread.of([76.0, 80.0, 84.0])]
-    assert task6.print_scaling(levels, spreads, alone, 20) == 8.0
+    spreads = [alone.level, Spread.of([76.0, 80.0, 84.0])]
+    assert task6.print_scaling(levels, spreads, alone, seq) == 8.0
     out = " ".join(capsys.readouterr().out.split())
     assert_says(out, "the 1-user level: 5.0 (4.8-5.6, 3 passes)",
                 "the 20 requests one after another: 10.0 (10.0-10.0, 20 requests)",
-                "the sequential requests", "10.0 tok/s", "8.0x",
+                "5.0 against 10.0 tok/s: they DISAGREE, 2.00x apart",
+                "the sequential requests, the one of more passes (20 against 3)",
+                "10.0 tok/s", "8.0x",
                 "(7.6-8.4 from the spreads)",                              # 76 / 10, 84 / 10
-                branch="They DISAGREE", not_branch="They agree")
+                not_branch=("they agree", "as they agree"))
     # the insight reads latency against one request alone, the sequential 5.00 s: 6.00 s at
     # 20 users is 1.2x, a rise; against the outlier's 10.00 s it would have "hardly changed"
     lines = task6.insights(levels, seq, alone)
@@ -223,15 +259,38 @@ def test_task6_one_request_alone_is_checked_two_ways(capsys):
     # passes of 5.0 s each, as the sequential requests: they agree; the 1-user level is the
     # baseline, 80 / 10 = 8.0x, and its median pass gives the latency alone
     steady = [level_of(1, 5.0, 5.0, 0.2), level_of(1, 5.2, 5.2, 0.2), level_of(1, 4.9, 4.9, 0.2)]
-    alone = task6.alone_of(steady, sequential_of(20, 5.1))
+    steady_seq = sequential_of(20, 5.1)                            # 50 / 5.1 = 9.8 tok/s
+    alone = record6.alone_of(steady, steady_seq)
     assert alone.agree and alone.used == LEVEL
     assert (alone.tokens_per_s, alone.latency_s) == (10.0, 5.0)
-    assert task6.print_scaling([steady[0], twenty], spreads, alone, 20) == 8.0
+    assert task6.print_scaling([steady[0], twenty], spreads, alone, steady_seq) == 8.0
     out = " ".join(capsys.readouterr().out.split())
-    assert_says(out, "the 1-user level", branch="They agree", not_branch="DISAGREE")
+    assert_says(out, "the 1-user level", "10.0 against 9.8 tok/s: they agree",
+                "The baseline is the 1-user level, as they agree", not_branch="DISAGREE")
     # no sequential requests (--no-sequential): the level alone, nothing to check it against
-    alone = task6.alone_of(one_user, None)
+    alone = record6.alone_of(one_user, None)
     assert alone.agree and alone.used == LEVEL and alone.sequential is None
+
+
+def test_task6_twins_whose_ranges_touch_but_medians_differ_disagree(capsys):
+    # issue 48's run: the 1-user level 46.6 tok/s (37.4-48.7, 3 passes), the 20 sequential
+    # requests 38.6 each. The ranges touch (37.4 <= 38.6), but 46.6 / 38.6 = 1.21x, over
+    # measure.AGREE_WITHIN (10%): they DISAGREE, and the baseline is the sequential requests
+    # (20 passes against 3), so the factor divides by 38.6: 323.5 / 38.6 = 8.4x, not 6.9x
+    one_user = [level_of(1, 50 / t, 50 / t, 0.04) for t in (48.7, 46.6, 37.4)]
+    seq = sequential_of(20, 50 / 38.6)
+    alone = record6.alone_of(one_user, seq)
+    assert alone.level.low < alone.sequential.high                 # the ranges touch
+    assert not alone.agree and alone.used == SEQUENTIAL
+    assert alone.tokens_per_s == pytest.approx(38.6)
+    twenty = level_of(20, 1000 / 323.5, 3.0, 0.2)
+    spreads = [alone.level, Spread(323.5, 300.0, 330.0, 3)]
+    scaling = task6.print_scaling([one_user[1], twenty], spreads, alone, seq)
+    assert scaling == pytest.approx(323.5 / 38.6)
+    out = " ".join(capsys.readouterr().out.split())
+    assert_says(out, "46.6 against 38.6 tok/s: they DISAGREE, 1.21x apart",
+                "The baseline is the sequential requests", "38.6 tok/s (the sequential requests)",
+                "8.4x throughput improvement", not_branch=("they agree", "6.9x"))
 
 
 def test_task6_levels_take_turns_and_keep_their_median_pass():
@@ -239,42 +298,57 @@ def test_task6_levels_take_turns_and_keep_their_median_pass():
                level_of(1, 6.0, 6.0, 0.2)],
               [level_of(4, 8.0, 7.0, 0.3), level_of(4, 9.0, 8.0, 0.3), level_of(4, 7.0, 6.0, 0.3)]]
     # tok/s 5.0, 10.0, 8.3: the median pass is the third; 25.0, 22.2, 28.6: the first
-    assert task6.load.median_passes(passes) == [passes[0][2], passes[1][0]]
+    assert load.median_passes(passes) == [passes[0][2], passes[1][0]]
 
 
 def test_task2_speedup_by_hand(capsys):
     # vLLM: 50 tokens in 2.0 s = 25.0 tok/s; HuggingFace: 12.5 tok/s (4.0 s): 25 / 12.5 = 2.0x
-    gen = task2.engine.Generation("vLLM", "text", 11, 50, 2.0, 9.0, 2)
-    saved = task2.engine.OneRequest.of(gen, task2.engine.Sampling("p", 50, 0.7, 42),
-                                       task2.results.RunHeader())
+    gen = engine.Generation("vLLM", "text", 11, 50, 2.0, 9.0, 2)
+    saved = engine.OneRequest.of(gen, engine.Sampling("p", 50, 0.7, 42), results.RunHeader())
     assert gen.tokens_per_s == 25.0 and saved.tokens_per_s == 25.0
-    eng = task2.engine.Engine(None, 9.0, {})
-    speedup = task2.print_results(gen, eng, task2.Baseline("measured now", 12.5, 4.0))
+    eng = engine.Engine(None, 9.0, {})
+    speedup = task2.print_results(gen, eng, Baseline("measured now", 12.5, 4.0))
     assert speedup == 2.0
     out = capsys.readouterr().out
     assert "vLLM made 2.0x HuggingFace's tokens/sec" in out
     assert re.search(r"\nTokens/sec +12\.5 +25\.0\n", out)
     # the other way round: 12.5 against 25.0 is 0.5x, "as fast" is not claimed as faster
-    task2.print_results(task2.engine.Generation("vLLM", "", 11, 50, 4.0, 9.0, 2), eng,
-                        task2.Baseline("measured now", 25.0, 2.0))
+    task2.print_results(engine.Generation("vLLM", "", 11, 50, 4.0, 9.0, 2), eng,
+                        Baseline("measured now", 25.0, 2.0))
     assert "vLLM made 0.5x HuggingFace's tokens/sec" in capsys.readouterr().out
 
 
 def test_task2_one_request_is_told_apart_only_by_its_passes():
     # vLLM's passes 2.0, 2.1, 2.2 s for 50 tokens: 25.0, 23.8, 22.7 tok/s (median 23.8)
-    gen = task2.engine.Generation("vLLM", "text", 11, 50, 2.1, 9.0, 2, pass_times_s=[2.0, 2.1, 2.2])
-    near = task2.Baseline("task 1", 23.0, 2.17, [22.0, 23.0, 24.0])          # overlaps
+    gen = engine.Generation("vLLM", "text", 11, 50, 2.1, 9.0, 2, pass_times_s=[2.0, 2.1, 2.2])
+    near = Baseline("task 1", 23.0, 2.17, [22.0, 23.0, 24.0])          # overlaps
     assert_says(task2.one_request_line(gen, near), "vLLM 23.8", "HuggingFace 23.0",
-                branch="the same speed", not_branch=("faster", "slower", "one pass"))
-    far = task2.Baseline("task 1", 15.0, 3.33, [14.0, 15.0, 16.0])           # 23.8 / 15.0
+                branch="within each other's passes: not told apart",
+                not_branch=("faster", "slower", "one pass"))
+    far = Baseline("task 1", 15.0, 3.33, [14.0, 15.0, 16.0])           # 23.8 / 15.0
     assert_says(task2.one_request_line(gen, far), "vLLM 23.8", "HuggingFace 15.0", "1.59x",
-                branch="faster", not_branch=("the same speed", "slower", "one pass"))
-    fast = task2.Baseline("task 1", 30.0, 1.67, [29.0, 30.0, 31.0])          # 23.8 / 30.0
-    assert_says(task2.one_request_line(gen, fast), "0.79x", branch="slower",
-                not_branch=("the same speed", "faster"))
-    older = task2.Baseline("task 1", 23.0, 2.17)                             # one pass saved
-    assert_says(task2.one_request_line(gen, older), "1.04x", "faster",   # 23.81 / 23.0
-                branch="one pass: not told apart", not_branch="the same speed")
+                branch=("faster beyond the passes", "this gain is not batching"),
+                not_branch=("not told apart", "slower", "one pass"))
+    fast = Baseline("task 1", 30.0, 1.67, [29.0, 30.0, 31.0])          # 23.8 / 30.0
+    assert_says(task2.one_request_line(gen, fast), "0.79x", branch="slower beyond the passes",
+                not_branch=("not told apart", "faster"))
+    older = Baseline("task 1", 23.0, 2.17)                             # one pass saved
+    assert_says(task2.one_request_line(gen, older), "vLLM 23.8", "HuggingFace 23.0",
+                "1.04x",   # 23.81 / 23.0, a ratio but no verdict: one pass
+                branch="one pass of a way: not told apart",
+                not_branch=("faster", "slower", "within each other's passes"))
+
+
+def test_task2_key_insight_keeps_its_limits(capsys):
+    """Every branch of task 2's insight, with the capacity line, within the lab's limits: at
+    most 5 bullets and 12 printed lines, each a whole sentence."""
+    gen = engine.Generation("vLLM", "text", 11, 50, 2.1, 9.0, 2, pass_times_s=[2.0, 2.1, 2.2])
+    capacity = kv.KVCapacity(num_blocks=364, block_size=16, max_model_len=128)
+    assert_says(task2.capacity_line(capacity), "5,824 tokens", "45 whole requests", "128 tokens",
+                branch="task 6 puts them to work")     # 364 / 8 = 45.5: 45 whole requests
+    for spread in ([22.0, 23.0, 24.0], [14.0, 15.0, 16.0], [29.0, 30.0, 31.0], []):
+        baseline = Baseline("task 1", spread[1] if spread else 23.0, 2.0, spread)
+        assert_insight_fits(task2.insights(gen, baseline, capacity), capsys)
 
 
 # --- task 7: the insight from the three configs -----------------------------------------------
@@ -295,23 +369,25 @@ def test_task7_insight_from_the_configs():
     rows = [config("A: Default", 128, 256, 22, 22.0, 10, 0, 80.0, (76.0, 84.0)),
             config("B: Shorter Context", 64, 256, 22, 22.0, 10, 0, 81.0, (79.0, 83.0)),
             config("C: Limited Concurrency", 64, 8, 22, 22.0, 8, 2, 60.0, (58.0, 63.0))]
-    lines = task7.insights(rows, 10)
+    lines = show7.insights(rows, 10)
     assert len(lines) == 4
-    # 128-token blocks: 64 tokens hold ceil(64 / 128) = 1, 128 tokens 1, so B fits no more
-    # requests than A (22x each): the line says why, in whole blocks
-    assert_says(lines[0], "128-token", "64 tokens hold 1", "128 tokens 1", "22x", "22x",
-                branch="in whole", not_branch="took the engine from")
+    # a paged cache: max_model_len reserves no memory, whatever the figures; 128-token blocks:
+    # 64 tokens hold ceil(64 / 128) = 1, 128 tokens 1, so B's max concurrency is A's (22x
+    # each): the line says why, in whole blocks
+    assert_says(lines[0], "In 128-token blocks, 64 and 128 tokens need 1 and 1",
+                "22x for B", "22x for A", branch="reserves no KV memory",
+                not_branch=("moved only", "sets the KV memory"))
     # A 76.0-84.0 and B 79.0-83.0 overlap: not told apart, whatever the medians
-    assert_says(lines[1], "B made 81.0 tok/s (79.0-83.0, 3 passes)", "A's 80.0 (76.0-84.0",
+    assert_says(lines[1], "B made 81.0 (79.0-83.0) tok/s", "A's 80.0 (76.0-84.0)",
                 branch="cannot be told apart", not_branch=("FASTER", "SLOWER", "one pass"))
     # C: 8 ran and 2 waited at max_num_seqs=8; 58.0-63.0 tok/s lies below B's 79.0-83.0
-    assert_says(lines[2], "max_num_seqs=8", "8 ran", "2 waited", "max_num_seqs=256",
-                "C made 60.0 tok/s (58.0-63.0, 3 passes)", "B's 81.0 (79.0-83.0",
+    assert_says(lines[2], "max_num_seqs=8", "8 ran", "2 waited",
+                "C made 60.0 (58.0-63.0) tok/s", "B's 81.0 (79.0-83.0)",
                 branch=("caps the batch", "SLOWER than B"),
                 not_branch=("capped nothing", "not observed", "cannot be told apart"))
     # C's 22 blocks, B's 22: the same cache
-    assert_says(lines[3], "22 blocks", branch=("divides no memory", "the same"),
-                not_branch="against B's")
+    assert_says(lines[3], "the same 22 blocks as B's", branch="reserves no memory",
+                not_branch=("against B's", "cannot say"))
     # the summary row says the same of A, B and C
     tuning = task7.Tuning(num_requests=10, max_tokens=50, kv_cache_memory_bytes=0,
                           configs=rows)
@@ -323,10 +399,10 @@ def test_task7_insight_from_the_configs():
              rows[1],
              dataclasses.replace(rows[2], level=LoadLevel(10, 10, 500 / 80.0, 500, 80.0),
                                  spread=task7.measure.Spread(80.0, 78.0, 85.0, 3))]
-    lines = task7.insights(other, 10)
-    assert_says(lines[1], "B made 81.0 tok/s (79.0-83.0, 3 passes)", "A's 72.0 (70.0-74.0",
+    lines = show7.insights(other, 10)
+    assert_says(lines[1], "B made 81.0 (79.0-83.0) tok/s", "A's 72.0 (70.0-74.0)",
                 branch="FASTER than A", not_branch=("cannot be told apart", "SLOWER"))
-    assert_says(lines[2], "C made 80.0 tok/s (78.0-85.0, 3 passes)", "B's 81.0",
+    assert_says(lines[2], "C made 80.0 (78.0-85.0) tok/s", "B's 81.0",
                 branch=("caps the batch", "B and C cannot be told apart"),
                 not_branch=("FASTER", "SLOWER"))
     assert_says(lesson_7.summary_row(dataclasses.replace(tuning, configs=other)), "A 72.0",
@@ -336,7 +412,7 @@ def test_task7_insight_from_the_configs():
     single = [config(r.label, r.config.max_model_len, r.config.max_num_seqs, 22, 22.0,
                      r.peak_num_requests_running, r.peak_num_requests_waiting,
                      r.level.tokens_per_s) for r in rows]
-    lines = task7.insights(single, 10)
+    lines = show7.insights(single, 10)
     assert_says(lines[1], "B made 81.0 tok/s", "A's 80.0", branch="one pass each",
                 not_branch=("cannot be told apart", "FASTER", "SLOWER"))
     assert_says(lines[2], "C made 60.0 tok/s", "B's 81.0", branch="one pass each",
@@ -346,25 +422,26 @@ def test_task7_insight_from_the_configs():
                 not_branch=("told apart", "above", "below"))
     # C's cache of 11 blocks against B's 22 (another run's memory): named, not "the same"
     other = [*rows[:2], dataclasses.replace(rows[2], num_kv_blocks=11)]
-    assert_says(task7.insights(other, 10)[3], "11 blocks", "B's 22",
-                branch=("divides no memory", "against B's"), not_branch="the same")
+    assert_says(show7.insights(other, 10)[3], "11 blocks", "B's 22",
+                branch=("against B's", "cannot say it reserves none"),
+                not_branch=("the same 11", "reserves no memory"))
     # an engine that exports no block count: no line about C's memory
     other[2] = dataclasses.replace(rows[2], num_kv_blocks=None)
-    assert not any("memory:" in line for line in task7.insights(other, 10))
-    assert len(task7.insights(other, 10)) == 3
+    assert not any("blocks" in line for line in show7.insights(other, 10)[1:])
+    assert len(show7.insights(other, 10)) == 3
     # 16-token blocks: 64 tokens hold 4, 128 hold 8, so B fits twice A; and C saw nothing wait
     rows[1] = dataclasses.replace(rows[1], kv_max_concurrency=44.0)
     rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=6,
                                   peak_num_requests_waiting=0)
-    lines = task7.insights(rows, 6)
-    assert_says(lines[0], "128 -> 64 tokens", "22x", "44x",
-                branch="took the engine from", not_branch="in whole")
+    lines = show7.insights(rows, 6)
+    assert_says(lines[0], "128 -> 64 moved only the max concurrency, 22x -> 44x",
+                branch="reserves no KV memory", not_branch=("-token blocks", "sets the KV memory"))
     assert_says(lines[2], "max_num_seqs=8", "6 of the 6 requests",
                 branch="capped nothing", not_branch=("caps the batch", "not observed"))
     # /metrics never answered while C's requests ran (a busy 2-core machine): not observed,
     # never "capped nothing" from a read taken before the load
     rows[2] = dataclasses.replace(rows[2], peak_num_requests_running=0, num_metrics_samples=1)
-    assert_says(task7.insights(rows, 10)[2], "max_num_seqs=8", "1 time(s)",
+    assert_says(show7.insights(rows, 10)[2], "max_num_seqs=8", "none of 1 read(s)",
                 branch="not observed", not_branch=("capped nothing", "caps the batch"))
 
 
@@ -378,11 +455,11 @@ def snap(running, waiting, kv_usage):
 
 
 def test_task8_insight_from_the_snapshot():
-    assert_says(task8.insight_lines(snap(0, 0, 0.0), 0.0, 8)[1], "0 requests running",
+    assert_says(show8.insight_lines(snap(0, 0, 0.0), 0.0, 8)[1], "0 requests running",
                 branch="idle", not_branch="one batch")
-    lines = task8.insight_lines(snap(8, 12, 0.364), 61.04, 8)
+    lines = show8.insight_lines(snap(8, 12, 0.364), 61.04, 8)
     assert len(lines) == 3
-    assert lines[0] == task8.show.PRODUCTION      # whatever the figures: /metrics in production
+    assert lines[0] == show8.PRODUCTION           # whatever the figures: /metrics in production
     # 61.04 tok/s, to one place
     assert_says(lines[1], "8 requests", "61.0 tok/s", branch="one batch")
     # 8 running at max_num_seqs=8 with 12 waiting, the cache 36.4% full (under KV_FULL, 90%)
@@ -390,20 +467,20 @@ def test_task8_insight_from_the_snapshot():
                 branch=("capped the batch", "not the memory"),
                 not_branch=("the memory capped", "None waited"))
     # 44 running under max_num_seqs=256, 56 waiting, the cache 100% full: the memory
-    assert_says(task8.insight_lines(snap(44, 56, 1.0), 260.0, 256)[2], "100.0%", "56 waited",
+    assert_says(show8.insight_lines(snap(44, 56, 1.0), 260.0, 256)[2], "100.0%", "56 waited",
                 branch="the memory capped the batch",
                 not_branch=("max_num_seqs=", "None waited"))
     # nothing waiting: all 20 fit, in 45.5% of the cache
-    assert_says(task8.insight_lines(snap(20, 0, 0.455), 150.0, 256)[2], "all 20 fit", "45.5%",
+    assert_says(show8.insight_lines(snap(20, 0, 0.455), 150.0, 256)[2], "all 20 fit", "45.5%",
                 branch="None waited", not_branch="capped")
     # a server that exports no KV usage and no rate: no cache to blame, nothing per second.
     # The line is its two counts and nothing else, so it is compared whole
-    lines = task8.insight_lines(snap(3, 2, None), None, None)
+    lines = show8.insight_lines(snap(3, 2, None), None, None)
     assert_says(lines[1], "3 requests", branch="one batch", not_branch="tok/s")
-    assert lines[2] == "2 waited, with 3 running"
+    assert lines[2] == "2 waited, with 3 running."
     # the same batch, the cache half full: under KV_FULL and max_num_seqs not given, so no limit
     # is named, only the cache's share
-    assert_says(task8.insight_lines(snap(3, 2, 0.5), None, None)[2], "2 waited", "3 running",
+    assert_says(show8.insight_lines(snap(3, 2, 0.5), None, None)[2], "2 waited", "3 running",
                 "50.0%", not_branch="capped")
 
 
@@ -416,13 +493,32 @@ def test_task5_first_request_and_clients_are_judged_by_the_passes():
                 branch="already warm", not_branch="a warm-up")
     sdk = Spread(1.47, 1.45, 1.52, 3)                       # overlaps 1.44-1.50
     assert_says(task5.clients_line(later, sdk), "1.46 s", "1.47 s", "3 passes",
-                branch="adds nothing measurable", not_branch=("apart", "one pass"))
+                branch="adds nothing measurable", not_branch=("apart by", "one pass"))
     slow = Spread(2.19, 2.10, 2.30, 3)                      # 2.19 / 1.46 = 1.50x
     assert_says(task5.clients_line(later, slow), "1.46 s", "2.19 s", "1.50x",
                 branch="apart by more than their passes", not_branch="nothing measurable")
     one = Spread(1.46, 1.46, 1.46, 1)
-    assert_says(task5.clients_line(one, Spread(1.47, 1.47, 1.47, 1)), branch="one pass each",
-                not_branch=("nothing measurable", "apart by"))
+    assert_says(task5.clients_line(one, Spread(1.47, 1.47, 1.47, 1)), "1.46 s", "1.47 s",
+                branch="one pass each", not_branch=("nothing measurable", "apart by"))
+
+
+def test_task5_key_insight_keeps_its_limits(capsys):
+    later = Spread(1.46, 1.44, 1.50, 3)
+    for sdk in (Spread(1.47, 1.45, 1.52, 3), Spread(2.19, 2.10, 2.30, 3),
+                Spread(1.47, 1.47, 1.47, 1)):
+        assert_insight_fits(task5.insights(later, sdk), capsys)
+
+
+def assert_insight_fits(lines: list[str], capsys) -> None:
+    """A KEY INSIGHT within the lab's limits (common/report.py): at most MAX_INSIGHT_BULLETS
+    bullets and MAX_INSIGHT_LINES printed lines, each bullet a whole sentence (a capital, a full
+    stop)."""
+    capsys.readouterr()
+    report.insight(lines)
+    printed = capsys.readouterr().out.splitlines()[2:-1]     # between "KEY INSIGHT:" and the rule
+    assert len(lines) <= report.MAX_INSIGHT_BULLETS and len(printed) <= report.MAX_INSIGHT_LINES
+    assert all(line[0].isupper() and line.endswith(".") for line in lines), lines
+    assert_fits("\n".join(printed))
 
 
 # --- one way to say a figure (common/fmt.py) and the lab's one tolerance for twins ---------------

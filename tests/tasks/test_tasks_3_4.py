@@ -4,13 +4,16 @@ caption) and a script that draws its figure and says so, or says in one line why
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
-from common import figures, kv, settings, steps
+from common import figures, kv, report, settings, steps
+from lessons.task_3 import report as show3
 from lessons.task_4 import figure as task_4_figure
+from lessons.task_4 import report as show4
 from tests import hand
 from tests.helpers import assert_says, run_script, saved_result
 
@@ -58,10 +61,25 @@ def test_task4_reproduces_the_source(model_args, capsys):
     ids = [i for q in r.requests for i in q.page_ids]
     assert len(ids) == 34 and len(set(ids)) == 32
     out = capsys.readouterr().out
-    assert "  Request 3: 23 tokens -> 2 pages (32 slots), waste 28.1%\n    Pages: [##|##]\n" in out
+    assert "  Request 3: 23 tokens -> 2 blocks (32 slots), waste 28.1%\n    Blocks: [##|##]\n" in out
     peak = next(line for line in out.splitlines() if line.startswith("Most in use at once"))
     assert_says(peak, "16 of 32", "step 113")
     assert "Memory saved: 2016 slots (4.7x less memory)" in out
+    # the KV unit is vLLM's "block"; "page" only in the paper's name (and a term's definition)
+    said = " ".join(out.split("\nSaved:")[0].split())          # the paths name the script
+    for definition in report.TERMS.values():
+        said = said.replace(definition, "")
+    said = said.replace("PagedAttention", "").replace("the report page", "")   # (the HTML one)
+    assert "page" not in said.lower()
+    lines = show4.insights(kv.allocate_contiguous([45, 128, 23, 256, 67], 512),
+                           task4.run_paged([45, 128, 23, 256, 67], list("abcde"), 16, 32))
+    assert_says(lines[0], "20.3%", "95.4%", branch="less than one block",
+                not_branch=("where it was", "lower"))
+    assert_says(lines[1], branch="every request holds blocks that are not next to each other",
+                not_branch=("happened to lie", "of the 5"))
+    assert_says(lines[2], "16 of the 32 blocks", "2 freed blocks",
+                branch="went to requests still growing", not_branch="no freed block")
+    assert len(lines) == 3                                   # no preemption line
 
 
 def test_bytes_section_uses_the_model_config(real_model, capsys):
@@ -81,7 +99,7 @@ def test_tiny_model_bytes(model_args):
 
 
 def test_custom_lengths(model_args):
-    r = task4.main(["--lengths", "1,16,17", "--max-len", "32", "--page-size", "16",
+    r = task4.main(["--lengths", "1,16,17", "--max-len", "32", "--block-size", "16",
                     "--total-slots", "100", *model_args])
     assert [q.num_pages for q in r.requests] == [1, 1, 2]
     assert r.paged.allocated_slots == 64 and r.contiguous.allocated_slots == 96
@@ -105,6 +123,40 @@ def test_paged_run_reuses_and_preempts():
     assert (r.num_preempted, r.finish_steps, r.num_free_after) == (2, [66, 130], 4)
     with pytest.raises(task4.OutOfPages):
         task4.run_paged([65], ["a"], page_size=16, num_pool_pages=4)
+
+
+def test_the_insight_of_every_branch_keeps_its_limits(capsys):
+    """Task 4's insight on the source's run and on runs that take the other branches (a
+    preemption, no block handed out again, utilisation not raised, blocks side by side); task
+    3's on the source's five: each within the lab's limits, each bullet a whole sentence."""
+    preempting = task4.run_paged([64, 64], ["a", "b"], 16, 4)       # preempted twice
+    lines = show4.insights(kv.allocate_contiguous([64, 64], 64), preempting)
+    assert_says(lines[-1], "filled up 2 times", branch="gave all its blocks back")
+    short = task4.run_paged([20, 20], ["a", "b"], 16, 4)            # blocks 0, 2 and 1, 3
+    assert_says(show4.insights(kv.allocate_contiguous([20, 20], 32), short)[2], "4 of the 4",
+                branch="no freed block was handed out again", not_branch="still growing")
+    tight = task4.run_paged([17], ["a"], 16, 2)                     # 32 slots for 17, max 20
+    tight_lines = show4.insights(kv.allocate_contiguous([17], 20), tight)
+    assert_says(tight_lines[0], "85.0%", "53.1%", branch="lower the utilisation",
+                not_branch=("less than one block", "where it was"))
+    assert_says(show4.insights(kv.allocate_contiguous([20, 20], 32), short)[0], "62.5%",
+                branch="where it was", not_branch=("raise", "lower"))
+    assert_says(tight_lines[1], branch="happened to lie next to each other",
+                not_branch="not next to each other")
+    source = task4.run_paged([45, 128, 23, 256, 67], list("abcde"), 16, 32)
+    args = SimpleNamespace(max_len=512, total_slots=10_000)
+    contiguous = kv.allocate_contiguous([45, 128, 23, 256, 67], 512)
+    task3_lines = show3.insights(args, contiguous, 19, 97)
+    assert_says(task3_lines[1], "79.7%", branch="holds nothing")
+    assert_says(task3_lines[2], "19 instead of 97", "10,000 slots", branch="not how fast")
+    for lines in (show4.insights(contiguous, source), lines, tight_lines, task3_lines,
+                  show4.insights(kv.allocate_contiguous([20, 20], 32), short)):
+        capsys.readouterr()
+        report.insight(lines)
+        printed = capsys.readouterr().out.splitlines()[2:-1]
+        assert len(lines) <= report.MAX_INSIGHT_BULLETS
+        assert len(printed) <= report.MAX_INSIGHT_LINES, printed
+        assert all(line[0].isupper() and line.endswith(".") for line in lines), lines
 
 
 def test_page_allocator_runs_out_and_frees():
@@ -145,12 +197,14 @@ def test_bad_input_is_one_line_and_exit_2(script, args, message):
     assert len(lines) == 1 and message in lines[0]
 
 
-def test_zero_page_size_is_refused():
-    proc = run_script("task_4_paged_attention.py", "--page-size", "0")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "task_4_paged_attention.py: error: argument --page-size: '0' must be greater than 0 "
-        "(see --help)"]
+def test_zero_block_size_is_refused():
+    """--block-size (vLLM's word), or --page-size (the paper's), the same flag."""
+    for flag in ("--block-size", "--page-size"):
+        proc = run_script("task_4_paged_attention.py", flag, "0")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "task_4_paged_attention.py: error: argument --block-size/--page-size: '0' must be "
+            "greater than 0 (see --help)"]
 
 
 # --- the saved results, read back -------------------------------------------------------------
@@ -187,12 +241,12 @@ def test_the_pool_title_says_what_the_grid_cannot():
     document); none for two requests of 20 tokens in a pool of 4 (2 pages each, at steps 1 and
     17: the peak, 4 of 4, at step 17)."""
     source = task4.run_paged([45, 128, 23, 256, 67], list("abcde"), 16, 32)
-    assert_says(task_4_figure.pool_title(pool_figures(source)), "step 113", "16 of 32",
-                "2 freed page(s)", branch="went to a request still growing",
-                not_branch="no freed page")
+    assert_says(task_4_figure.pool_title(pool_figures(source)), "step 113", "16 of 32 blocks",
+                "2 freed blocks", branch="went to requests still growing",
+                not_branch=("no freed block", "page"))
     short = task4.run_paged([20, 20], ["a", "b"], 16, 4)
-    assert_says(task_4_figure.pool_title(pool_figures(short)), "step 17", "4 of 4",
-                branch="no freed page was handed out again", not_branch="still growing")
+    assert_says(task_4_figure.pool_title(pool_figures(short)), "step 17", "4 of 4 blocks",
+                branch="no freed block was handed out again", not_branch=("still growing", "page"))
 
 
 def pool_figures(run: task4.PagedRun) -> task4.PagedFigures:

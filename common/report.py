@@ -152,7 +152,7 @@ def detail_hint() -> None:
 TERMS = {
     "prefill": "computing the prompt's tokens, all at once, before the first new token",
     "decode step": "one forward pass that makes one new token for every running request",
-    "preemption": "a running request put back, its pages freed, when the KV cache runs out",
+    "preemption": "a running request put back, its blocks freed, when the KV cache runs out",
     "p50 / p95": "the latency half / 95 % of the requests stayed under",
     "PSS": "a process's memory, each shared page split among the processes sharing it",
     "inductor": "torch.compile's code generator, which writes C++ and compiles it",

@@ -25,7 +25,7 @@ from typing import Callable
 import psutil
 import requests
 
-from common import settings
+from common import report, settings
 
 STARTUP_TIMEOUT_S = 300
 LOG_TAIL_LINES = 20
@@ -253,7 +253,8 @@ def wait_until_healthy(proc: subprocess.Popen, base_url: str, what: str, log, ti
                 raise ServerError(f"the {what} server was not ready after {timeout_s:.0f} s; last "
                                   f"lines of {log}:\n{_log_tail(log)}")
             if elapsed >= next_note:
-                progress(f"... still starting ({elapsed:.0f} s)")
+                with report.detail():   # the start's time is in the report; this is progress
+                    progress(f"... still starting ({elapsed:.0f} s)")
                 next_note += 10
             time.sleep(0.3)
     finally:
@@ -295,7 +296,9 @@ def ensure_server(config: ServerConfig, timeout_s: float = STARTUP_TIMEOUT_S,
     elif port_in_use(config.host, config.port):
         raise ServerError(f"port {config.port} is in use by another program (not a server this "
                           f"lab started); stop it or choose another --port")
-    progress(f"Starting vLLM server on {base_url} ({config.describe()})...")
+    progress(f"Starting vLLM server on {base_url}...")
+    with report.detail():       # the settings that differ are the task's own lesson
+        progress(f"  ({config.describe()})")
     pid, startup_s = _start(config, timeout_s, progress)
     return Server(base_url, config.model_name, state, startup_s, pid, config,
                   str(log_path(config.port)))

@@ -219,8 +219,8 @@ def test_a_restart_says_why(asked, why, monkeypatch, capsys):
         srv = server.ensure_server(dataclasses.replace(config, **asked), progress=lines.append)
         assert srv.state == "restarted"
         assert lines == [f"Stopping the lab server on :{port} ({why})...",
-                         f"Starting vLLM server on {srv.base_url} "
-                         f"({dataclasses.replace(config, **asked).describe()})..."]
+                         f"Starting vLLM server on {srv.base_url}...",
+                         f"  ({dataclasses.replace(config, **asked).describe()})"]
         assert capsys.readouterr().out == ""
         assert stand_in.wait(timeout=30) is not None            # it was stopped
     finally:

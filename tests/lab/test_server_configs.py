@@ -35,7 +35,7 @@ def test_a_configuration_on_the_tiny_model(tiny_model):
     assert "SERVER CONFIGURATIONS" in proc.stdout
     assert "Best server at 3 users: block-16" in proc.stdout
     assert_fits(proc.stdout)
-    ports = [int(line.split(":")[2].split()[0]) for line in proc.stdout.splitlines()
+    ports = [int(line.split(":")[2].split()[0].rstrip(".")) for line in proc.stdout.splitlines()
              if "Starting vLLM server on http" in line]
     assert len(ports) == 1 and processes_on_port(ports[0]) == []     # started once, then stopped
 

@@ -4,7 +4,7 @@ Page tables are an indirection, and tasks 3, 4 and 9 show what it buys first: no
 for tokens that never come. This task shows the second: requests that start with the same tokens
 point their page tables at the same physical pages and skip computing them. Chat requests share
 their system prompt; vLLM does this by default (automatic prefix caching). mini_engine does it too
-(mini_engine/block_manager.py): hashed full pages, ref counts, freed pages kept in LRU order.
+(mini_engine/block_manager.py): hashed full blocks, ref counts, freed blocks kept in LRU order.
 
 The workload: one shared system prompt (a real instruction text, through the model's chat
 template) and the lab's distinct user questions, each answer a fixed number of tokens (EOS held
@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None):
                        help=f"seed of the control workload's shuffles (default {settings.SEED})")
     group = parser.add_argument_group("engine")
     group.add_argument("--page-size", type=cli.positive_int, default=16,
-                       help="tokens per KV page, mini_engine's and vLLM's (default 16); must "
+                       help="tokens per KV block, mini_engine's and vLLM's (default 16); must "
                             f"divide {LONG_MAX_MODEL_LEN}")
     group.add_argument("--max-batch", type=cli.positive_int, default=16,
                        help="batch cap, mini_engine's and the server's max_num_seqs (default 16)")
@@ -194,13 +194,21 @@ def run_server(model_choice, dtype: str, workload: Workload, s: Settings, cachin
                                  max_model_len=s.max_model_len, max_num_seqs=s.max_num_seqs,
                                  port=s.port, block_size=s.page_size_tokens,
                                  enable_prefix_caching=caching)
-    srv = server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
+    srv = server.ensure_server(config, progress=server_progress)
     load.run_level(srv.base_url, srv.model_name, [settings.PROMPT], 4)
     before = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
     level = load.run_level(srv.base_url, srv.model_name, workload.texts, s.num_output_tokens)
     after = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
     return ServerRun(LABELS[caching], level, round(after.prefix_queries - before.prefix_queries),
                      round(after.prefix_hits - before.prefix_hits), srv.startup_s)
+
+
+def server_progress(line: str) -> None:
+    """A server's start, one short line here ('Starting vLLM server on http://...'); the line
+    whole, its settings with it, behind --detail."""
+    with report.detail():
+        report.note(line, indent=2)
+    report.note(line.split(" (")[0].removesuffix("...") + "...", indent=2)
 
 
 def offline_cached_tokens(model_path: str, dtype: str, workload: Workload, s: Settings

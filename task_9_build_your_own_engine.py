@@ -33,7 +33,7 @@ import functools
 import statistics
 import time
 
-from common import cli, engine, figures, kv, load, measure, memory, report, results, settings
+from common import cli, engine, figures, kv, load, measure, memory, results, settings
 from common.shape import ModelShape, torch_dtype
 from lessons.task_9 import FIGURES, profile, record
 from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None):
     group.add_argument("--max-batch", type=cli.positive_int, default=16,
                        help="batch cap: requests computed in one step (default 16)")
     group.add_argument("--page-size", type=cli.positive_int, default=16,
-                       help="tokens per KV page (default 16, task 4's page); must divide "
+                       help="tokens per KV block (default 16, task 4's block); must divide "
                             f"max_model_len ({settings.MAX_MODEL_LEN})")
     group.add_argument("--kv-bytes", type=cli.positive_int, default=settings.KV_CACHE_BYTES,
                        help=f"KV-cache budget in bytes (default {settings.KV_CACHE_BYTES:,}, the "
@@ -85,13 +85,13 @@ def parse_args(argv: list[str] | None):
     args = parser.parse_args(argv)
     if settings.MAX_MODEL_LEN % args.page_size:
         parser.error(f"--page-size {args.page_size} does not divide max_model_len "
-                     f"{settings.MAX_MODEL_LEN}: a full request would end in a part page")
+                     f"{settings.MAX_MODEL_LEN}: a full request would end in a part block")
     return args
 
 
 # --- set up: the budget, the models, the workload, an engine --------------------------------
 def check_budget(args, model_path: str, dtype: str) -> None:
-    """--kv-bytes must hold one request of max_model_len in whole pages (fp32 for part 1, the
+    """--kv-bytes must hold one request of max_model_len in whole blocks (fp32 for part 1, the
     lab's dtype for the rest), else one line and exit 2."""
     model_shape = ModelShape.from_folder(model_path)
     for name in ("float32", dtype):
@@ -183,10 +183,9 @@ def in_turns(ways: dict, vllm_pass, passes: int, progress) -> tuple[dict, dict, 
     """Parts 2 and 4 taking turns: each policy, then vLLM (where it runs), a pass each round,
     after an untimed round. (label -> the median pass's PolicyRun, label -> its steps, vLLM's
     timed passes: (seconds, tokens) each)."""
-    def on_pass(name: str, round_: int) -> None:    # a line a round
-        if name == next(iter(ways)):
-            progress(f"Parts 2 and 4, round {round_} of {passes}"
-                     + (" (untimed)..." if round_ == 0 else "..."))
+    def on_pass(name: str, round_: int) -> None:    # one line, as the rounds start
+        if name == next(iter(ways)) and round_ == 0:
+            progress(f"Parts 2 and 4: an untimed round, then {passes} in turns...")
     found = measure.in_turns({**ways, **({"vLLM": vllm_pass} if vllm_pass else {})}, passes,
                              on_pass)
     medians = {label: record.median_pass(found[label]) for label in ways}
@@ -282,7 +281,8 @@ def main(argv: list[str] | None = None) -> OwnEngine:
         timelines={label: record.timeline_record(steps) for label, steps in steps_of.items()},
         phases=split, machine=profile.machine_bounds(model, dtype.dtype, list(split)),
         kernels=one_request.kernels_used(), transformers_static=hf_run,
-        vllm=vllm_run(vllm, vllm_passes, torch.get_num_threads()) if vllm else None)
+        vllm=vllm_run(vllm, vllm_passes, torch.get_num_threads()) if vllm else None,
+        num_kv_blocks=one_request.block_manager.num_pages)
     progress("done")
     run.continuous_over_static_spread, run.engine_over_vllm_spread = record.ratios(runs, run.vllm)
 

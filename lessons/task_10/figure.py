@@ -1,6 +1,6 @@
-"""Task 10's figure (task_10_prefix_caching.py draws it after saving): the first requests' page
-tables at the step that held the most pages, cache on, the pages several requests point at in
-one colour; beside them, the pages held against what the same tables would hold unshared. A pure
+"""Task 10's figure (task_10_prefix_caching.py draws it after saving): the first requests' block
+tables at the step that held the most blocks, cache on, the blocks several requests point at in
+one colour; beside them, the blocks held against what the same tables would hold unshared. A pure
 function of the saved record (lessons/task_10/record.py's PrefixCaching), read by attribute."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ SHARED, OWN = figures.color(4), figures.color(0)   # blue: one copy in the pool;
 
 
 def draw_shared_pages(res):
-    """A row per request, a cell per logical page with its physical page id (and ref count when
-    shared); bars: pages held then, shared and unshared, and mini_engine's peaks off and on.
-    None when the record holds no page tables."""
+    """A row per request, a cell per logical block with its physical block id (and ref count
+    when shared); bars: blocks held then, shared and unshared, and mini_engine's peaks off and
+    on. None when the record holds no block tables."""
     off, on = res.mini_engine
     peak = on.peak
     if peak is None or not peak.page_tables:
@@ -32,13 +32,14 @@ def draw_shared_pages(res):
     grid.set_xlim(-1.6, cols)
     grid.set_ylim(len(tables), 0)
     grid.set_xticks([i + 0.5 for i in range(cols)], [str(i) for i in range(cols)])
-    grid.set_xlabel(f"logical page (tokens {page}i to {page}i+{page - 1})")
+    grid.set_xlabel(f"logical block (tokens {page}i to {page}i+{page - 1})")
     grid.tick_params(left=False, labelleft=False)
     for side in ("left", "right", "top"):
         grid.spines[side].set_visible(False)
-    grid.set_title(f"Page tables at step {peak.step} (cell: physical page id; xN: its ref count)")
-    grid.legend(handles=[figures.patch(SHARED, "shared prefix page (one copy in the pool)"),
-                         figures.patch(OWN, "the request's own page")],
+    grid.set_title(f"Block tables at step {peak.step} (cell: physical block id; xN: its ref "
+                   "count)")
+    grid.legend(handles=[figures.patch(SHARED, "shared prefix block (one copy in the pool)"),
+                         figures.patch(OWN, "the request's own block")],
                 loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     labels = ["held, shared", "if unshared", "peak, cache on", "peak, cache off"]
     values = [peak.num_pages_held, peak.num_pages_unshared, on.num_pages_peak, off.num_pages_peak]
@@ -46,8 +47,8 @@ def draw_shared_pages(res):
     for y, v in enumerate(values):
         bars.text(v, y, f" {v}", va="center")
     bars.invert_yaxis()
-    bars.set_xlabel(f"KV pages of {page} tokens")
+    bars.set_xlabel(f"KV blocks of {page} tokens")
     bars.set_xlim(0, max(values) * 1.25)
     bars.set_title(f"{peak.num_running} requests running")
     return figures.finish(fig, "Task 10: requests with the same system prompt point at the same "
-                               "pages", res)
+                               "blocks", res)

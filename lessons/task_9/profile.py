@@ -2,12 +2,13 @@
 StepProfiler) at batch 1 and at the fullest batch of the continuous run, beside the model's
 matmuls timed alone through F.linear (the kernel floor) and one read of the weights at the
 measured bandwidth; then what the engine ran (EngineConfig.kernels). Measuring first, then
-printing, then the two insight lines chosen from these figures (step_limit, kernel_choice)."""
+printing, then two sentences chosen from these figures: the insight's line (step_limit) and part
+3's last line (kernel_choice)."""
 from __future__ import annotations
 
 import statistics
 
-from common import report, settings
+from common import fmt, report, settings
 from common.machine import machine_figures, model_cost
 from lessons.task_9.record import MachineBounds, Phases
 from mini_engine import PHASES, LLMEngine, Llama
@@ -54,29 +55,37 @@ def machine_bounds(model: Llama, dtype: str, batches: list[int]) -> MachineBound
 # --- printing -----------------------------------------------------------------------------------
 def print_phases(split: dict[int, Phases], machine: MachineBounds) -> None:
     report.section("3. WHERE THE STEP TIME GOES (decode steps, ms)")
+    report.note(f"Each column: the mean {report.term('decode step')}, at that batch.")
     batches = list(split)
     report.table(["Phase", *(f"batch {b}" for b in batches)],
-                 [*((PHASE_LABELS[p], *(f"{1000 * split[b].by_phase()[p]:.1f}" for b in batches))
+                 [*((PHASE_LABELS[p], *(fmt.ms(split[b].by_phase()[p]) for b in batches))
                     for p in PHASES),
-                  ("whole step", *(f"{1000 * split[b].step_s:.1f}" for b in batches)),
-                  ("matmuls alone (F.linear)",
-                   *(f"{1000 * machine.kernel_floor_s[b]:.1f}" for b in batches)),
-                  ("one read of the weights",
-                   *(f"{1000 * machine.weight_read_s:.1f}" for _ in batches))],
+                  ("whole step", *(fmt.ms(split[b].step_s) for b in batches)),
+                  ("matmuls alone (F.linear)", *(fmt.ms(machine.kernel_floor_s[b])
+                                                 for b in batches)),
+                  ("one read of the weights", *(fmt.ms(machine.weight_read_s) for _ in batches))],
                  widths=[33, 16, 16])
     beaten = [b for b in batches if split[b].matmul_s < machine.kernel_floor_s[b]]
+    floor = (f"the kernel floor, except at batch {' and '.join(map(str, beaten))}, where the "
+             "engine's own matmuls beat it" if beaten else "the kernel floor")
     report.note(f"Weights {machine.weight_bytes / 1e6:,.0f} MB at "
-                f"{machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_from}); "
-                "matmuls alone: q, k, v, o, gate, up, down and the LM head timed alone "
-                "through F.linear, unfused: the kernel floor"
-                + (f", except at batch {' and '.join(map(str, beaten))}, where the engine's "
-                   "own matmuls beat it" if beaten else ""))
+                f"{machine.bandwidth_bytes_s / 1e9:.1f} GB/s ({machine.bandwidth_from}). Matmuls "
+                f"alone: the same linear layers through F.linear, unfused: {floor}.")
 
 
 def print_kernels(kernels: dict[str, str]) -> None:
-    """What the engine ran (EngineConfig.kernels), part by part."""
-    report.note("Engine's kernels (--kernels): " + "; ".join(
-        f"{part} {way}" for part, way in kernels.items() if way != "-"))
+    """What the engine ran (EngineConfig.kernels), part by part; a library's name, the first
+    time the run says it, with its few words (report.term)."""
+    report.note("Engine's kernels (--kernels): " + with_terms("; ".join(
+        f"{part} {way}" for part, way in kernels.items() if way != "-")))
+
+
+def with_terms(text: str, names: tuple[str, ...] = ("oneDNN", "SDPA")) -> str:
+    """text with the first of each of names in it said through report.term."""
+    for name in names:
+        if name in text:
+            text = text.replace(name, report.term(name), 1)
+    return text
 
 
 # --- the insight lines chosen from these figures ------------------------------------------------
@@ -88,26 +97,30 @@ def step_limit(split: dict[int, Phases], machine: MachineBounds) -> str:
              "the many small ops and the Python of the step": phases.forward_other_s
              + phases.sampling_s + phases.scheduling_s}
     name = max(parts, key=parts.get)
-    line = (f"At batch {cap} a decode step took {1000 * phases.step_s:.0f} ms, "
-            f"{100 * parts[name] / phases.step_s:.0f}% of it {name}")
-    if name == "the matmul library":
-        times = phases.matmul_s / machine.weight_read_s
-        line += (f": {times:.1f}x one read of the weights, so the kernels on these skinny shapes, "
-                 "more than memory, set the pace" if times > 1.5 else
-                 f": {times:.1f}x one read of the weights, so memory bandwidth sets the pace")
-    return line
+    step, share = f"{1000 * phases.step_s:.0f}", f"{100 * parts[name] / phases.step_s:.0f}%"
+    if name != "the matmul library":
+        return f"At batch {cap} a decode step took {step} ms, {share} of it {name}"
+    times = phases.matmul_s / machine.weight_read_s
+    if times > 1.5:
+        return (f"At batch {cap} a decode step took {step} ms, {share} of it the matmul library, "
+                f"{times:.1f}x one read of the weights: the kernels on these skinny shapes, more "
+                "than memory, set the pace")
+    return (f"At batch {cap} a decode step took {step} ms, {share} of it the matmul library, "
+            f"{times:.1f}x one read of the weights: memory bandwidth sets the pace")
 
 
 def kernel_choice(split: dict[int, Phases], machine: MachineBounds,
                   kernels: dict[str, str]) -> str:
-    """The engine's matmuls inside the step at the fullest batch (step_limit's sentence names
-    them) against the kernel floor through F.linear: what the step's way of multiplying saved or
-    cost (no floor where it beats it)."""
+    """The engine's matmuls inside the step at the fullest batch against the kernel floor
+    through F.linear: what the step's way of multiplying saved or cost (no floor where it
+    beats it)."""
     cap = max(split)
     in_step, floor = 1000 * split[cap].matmul_s, 1000 * machine.kernel_floor_s[cap]
-    line = f"Its matmuls ({kernels['products']}) took {in_step:.1f} ms a step inside the engine"
+    products = kernels["products"]
     if floor < in_step:
-        return (f"{line}; the kernel floor through F.linear took {floor:.1f} ms, "
+        return (f"At batch {cap} its matmuls ({products}) took {in_step:.1f} ms a step inside "
+                f"the engine; the kernel floor through F.linear took {floor:.1f} ms, "
                 f"{in_step - floor:.1f} ms less")
-    return (f"{line}; F.linear alone took {floor:.1f} ms, {floor - in_step:.1f} ms more: the "
+    return (f"At batch {cap} its matmuls ({products}) took {in_step:.1f} ms a step inside the "
+            f"engine; F.linear alone took {floor:.1f} ms, {floor - in_step:.1f} ms more: the "
             "engine's products beat it, so F.linear is no floor here")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common import measure, results, settings
+from common import fmt, measure, results, settings
 
 
 @dataclass
@@ -21,7 +21,7 @@ class RunSettings(results.Record):
     mean_output_tokens: int         # mean of the exponential output lengths
     seed: int
     max_batch: int                  # the batch cap: requests computed in one step
-    page_size: int                  # tokens per KV page
+    page_size: int                  # tokens per KV block
     kv_bytes: int
     max_model_len: int
     policy: str                     # both, continuous or static
@@ -70,7 +70,7 @@ class PolicyRun(results.Record):
     mean_ttft_s: float
     num_steps: int
     slot_utilization_fraction: float  # generated tokens / (batch slots x steps)
-    peak_num_pages: int             # pages in use at the peak
+    peak_num_pages: int             # KV blocks in use at the peak
     contiguous_num_pages: int       # what reserving max_model_len per running request would hold
     num_preemptions: int
     pass_tokens_per_s: list[float] = field(default_factory=list)   # every timed pass, by round
@@ -189,6 +189,7 @@ class OwnEngine(results.Result):
     # tokens/s ratios, round by round (both sides of a round took turns): median and spread
     continuous_over_static_spread: measure.Spread | None = None   # both policies ran
     engine_over_vllm_spread: measure.Spread | None = None         # the best policy over vLLM
+    num_kv_blocks: int | None = None        # mini_engine's pool of KV blocks (None: not saved)
 
     @property
     def best(self) -> PolicyRun:
@@ -235,13 +236,30 @@ def ratios(policies: dict[str, PolicyRun], vllm: VllmRun | None
             ratio_spread(best, vllm) if vllm else None)
 
 
-def times_text(spread: measure.Spread, what: str = "") -> str:
-    """'1.65x static' for one round; '1.65x static (1.58-1.71)' for more: the median round and
-    the range of the rounds."""
-    text = f"{spread.median:.2f}x" + (f" {what}" if what else "")
-    if spread.num_passes < 2:
-        return text
-    return f"{text} ({spread.low:.2f}-{spread.high:.2f})"
+@dataclass
+class RoundSplit:
+    """Continuous over static in one round, split in two factors that multiply to it: static
+    without padding over static (not computing finished rows), continuous over static without
+    padding (refilling their slots)."""
+    total: float
+    padding: float
+    refill: float
+
+
+def median_round_split(policies: dict[str, PolicyRun]) -> RoundSplit | None:
+    """The round whose continuous-over-static ratio is the median one (the figure
+    continuous_over_static_spread states), split by that same round's static no-pad pass: the
+    two factors multiply to the total exactly. (The medians of the three ratios taken apart, each
+    from its own round, need not: that printed 1.29x and 1.38x under a 1.86x.) None unless all
+    three policies ran."""
+    if not {"static", "static no-pad", "continuous"} <= set(policies):
+        return None
+    static, nopad, cont = (policies[k] for k in ("static", "static no-pad", "continuous"))
+    passes = [r.pass_tokens_per_s or [r.tokens_per_s] for r in (static, nopad, cont)]
+    rounds = list(zip(*passes))
+    at = measure.median_index([c / s for s, _, c in rounds])
+    s, n, c = rounds[at]
+    return RoundSplit(c / s, n / s, c / n)
 
 
 def summary_row(e: OwnEngine) -> str:
@@ -249,7 +267,7 @@ def summary_row(e: OwnEngine) -> str:
     median round with the range of the rounds."""
     parts = [f"{e.correctness.num_identical}/{e.correctness.num_prompts} = HF"]
     if e.continuous_over_static_spread is not None:
-        parts.append(times_text(e.continuous_over_static_spread, "static"))
+        parts.append(fmt.times_range(e.continuous_over_static_spread, "static"))
     if e.engine_over_vllm_spread is not None:
-        parts.append(times_text(e.engine_over_vllm_spread, "vLLM"))
+        parts.append(fmt.times_range(e.engine_over_vllm_spread, "vLLM"))
     return ", ".join(parts)

@@ -20,7 +20,14 @@ from lessons.task_10.figure import draw_shared_pages
 from lessons.task_10.record import summary_row
 from tests.hand.task_10_prefix_caching import SUMMARY_ROW
 from tests.hand.task_10_prefix_caching import record as hand_result
+from common import report
 from tests.helpers import assert_fits, assert_says, run_script, saved_result
+
+
+@pytest.fixture(autouse=True)
+def terms_unsaid(monkeypatch):
+    """Each test a run of its own: a term's first use there says its few words."""
+    monkeypatch.setattr(report, "_said", set())
 
 
 def test_the_record_reads_back_whole():
@@ -75,8 +82,8 @@ def test_what_the_figure_plots():
         ["request 1", "request 2", "request 3", "request 4"]
     # held shared, if unshared, mini_engine's peak with the cache on and off
     assert [b.get_width() for b in bars.patches] == [37, 112, 53, 128]
-    assert grid.get_xlabel() == "logical page (tokens 16i to 16i+15)"
-    assert bars.get_xlabel() == "KV pages of 16 tokens"
+    assert grid.get_xlabel() == "logical block (tokens 16i to 16i+15)"
+    assert bars.get_xlabel() == "KV blocks of 16 tokens"
     assert "step 3" in grid.get_title() and bars.get_title() == "16 requests running"
     figures.plt().close(fig)
 
@@ -113,11 +120,12 @@ def test_the_insight_says_what_the_figures_show():
     assert len(lines) == 5
     # fp32: 32 of 32 identical with the cache on and off; bfloat16: 31 of 32 matched, so the
     # one that differs is rounding, not the cache
-    assert_says(lines[0], "no token in fp32 (32/32 identical)", "bfloat16 31/32",
+    assert_says(lines[0], "no token in fp32 (32/32)", "bfloat16 31/32",
                 branch=("changed no token", "rounding"), not_branch="a bug")
-    # 1 - 884 / 3,364 = 74% fewer prompt tokens computed; 90 shared, 5 whole pages of 16 = 80
-    # of them; TTFT 2.22 -> 1.05 s; 512 tokens in 2.5 s against 3.9 s: 3.9 / 2.5 = 1.56x
-    assert_says(lines[1], "74%", "90 tokens", "80 of them", "2.22 -> 1.05 s", "1.56x")
+    # 1 - 884 / 3,364 = 74% fewer prompt tokens computed; TTFT 2.22 -> 1.05 s; 512 tokens in
+    # 2.5 s against 3.9 s: 3.9 / 2.5 = 1.56x; one run each (the hand record has no passes)
+    assert_says(lines[1], "74%", "2.22 to 1.05 s", "1.56x", branch="one run each",
+                not_branch=("fell", "rose", "overlap"))
     # 53 pages at the peak with sharing, 128 without: 128 / 53 = 2.4x the requests
     assert_says(lines[2], "53", "128", "2.4x")
     # the control (nothing shared): 512 / 3.80 = 134.7 tokens/s against 512 / 3.93 = 130.3
@@ -126,7 +134,7 @@ def test_the_insight_says_what_the_figures_show():
     assert_says(lines[3], "134.7 tokens/s", "130.3", "+3.4%", "5 ms", "3.8 s", "5 ms",
                 branch="noise")
     # vLLM: 2,480 of 3,364 prompt tokens hit (74%); TTFT 2.15 -> 1.02 s; 4.0 / 2.6 = 1.54x
-    assert_says(lines[4], "74%", "2.15 -> 1.02 s", "1.54x", branch="vLLM found")
+    assert_says(lines[4], "74%", "2.15 to 1.02 s", "one pass each", branch="vLLM took")
     record = hand_result()
     record.num_identical_in_dtype = 32                  # bfloat16 matched all too
     assert_says(task_10_report.insights(record)[0], "32/32 requests identical in fp32",
@@ -176,6 +184,51 @@ def test_passes_in_turns_decide_whether_the_control_gap_is_noise():
                 "vLLM hit 74%")
 
 
+def test_the_ttft_sentence_says_what_the_passes_tell_apart():
+    """mini_engine's chat TTFT, cache off against on, by their passes' ranges: apart and lower,
+    it fell; apart and higher, it rose; overlapping (the lab's noisy run: 3.62-13.46 s against
+    1.18-12.01), not told apart, whatever the medians say."""
+    off, on = hand_result().mini_engine                 # 2.22 -> 1.05 s, 1.56x tokens/s
+    off.ttft_spread, on.ttft_spread = Spread(2.22, 2.1, 2.4, 3), Spread(1.05, 1.0, 1.2, 3)
+    assert_says(task_10_report.ttft_sentence(off, on), "2.22 to 1.05 s", "1.56x",
+                branch=("fell", "every pass"), not_branch=("rose", "overlap", "one run"))
+    on.mean_ttft_s, on.ttft_spread = 2.9, Spread(2.9, 2.5, 3.1, 3)
+    assert_says(task_10_report.ttft_sentence(off, on), "2.22 to 2.90 s", "1.56x",
+                branch=("rose", "every pass"), not_branch=("fell", "overlap", "one run"))
+    on.mean_ttft_s, on.ttft_spread = 1.05, Spread(1.05, 1.0, 2.3, 3)     # overlaps 2.1-2.4
+    assert_says(task_10_report.ttft_sentence(off, on), "2.22 to 1.05 s",
+                branch=("overlap", "not told apart"), not_branch=("fell", "rose", "1.56x"))
+
+
+def test_the_key_insight_keeps_its_limits(capsys):
+    """At most 5 bullets and 12 printed lines, whichever sentences the figures chose (the
+    longest: rounding in bfloat16, the TTFT passes overlapping, the control's gap unexplained);
+    the whole report under 100 lines."""
+    def insight_lines(out: str) -> list[str]:
+        return out.split("KEY INSIGHT:\n")[1].split("=" * report.WIDTH)[0].splitlines()
+
+    record = hand_result()
+    task_10_report.print_report(record)
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) <= report.MAX_LINES
+    assert len(insight_lines(out)) <= report.MAX_INSIGHT_LINES
+    (off, on), (c_off, c_on) = record.mini_engine, record.control
+    off.ttft_spread, on.ttft_spread = Spread(12.92, 3.62, 13.46, 3), Spread(14.05, 1.18, 14.01, 3)
+    off.tokens_per_s_spread, on.tokens_per_s_spread = Spread(28.8, 19.9, 87.4, 3), Spread(
+        54.7, 17.9, 215.6, 3)
+    c_off.tokens_per_s_spread = Spread(130.3, 126.0, 133.0, 3)
+    c_on.tokens_per_s_spread = Spread(134.7, 134.0, 138.0, 3)     # apart, bookkeeping small
+    c_off.ttft_spread, c_on.ttft_spread = Spread(2.3, 2.2, 2.4, 3), Spread(2.2, 2.1, 2.3, 3)
+    lines = task_10_report.insights(record)
+    assert "not told apart" in lines[1] and "does not explain" in lines[3]
+    task_10_report.print_report(record)
+    out = capsys.readouterr().out
+    assert len(lines) <= report.MAX_INSIGHT_BULLETS
+    assert len(insight_lines(out)) <= report.MAX_INSIGHT_LINES, out
+    assert len(out.splitlines()) <= report.MAX_LINES
+    assert_fits(out)
+
+
 def test_the_report_from_the_record(capsys):
     """Every part printed from the record alone, vLLM's columns in the record's order (cache
     off, then on) as mini_engine's are."""
@@ -197,17 +250,23 @@ def test_the_report_from_the_record(capsys):
         return " ".join(line[LABEL_WIDTH:].strip() for line in (lines[at], *wrapped))
 
     assert_says(row("Cache on vs off"), "32/32 requests", "2,480 of 3,364 prompt tokens")
-    assert "3/3 identical (the first requests, cache on)" in text
+    assert "3/3 identical (cache on)" in text
     assert "0* 1* 2* 3* 4* 5 6" in out and "0* 1* 2* 3* 4* 11 12" in out
-    assert_says(row("Ref counts (* shared)"), *(f"page {p}: 16," for p in range(4)), "page 4: 16")
-    assert_says(row("Pages held then"), "37", "16 running", "112")   # shared; if each its own
+    assert_says(row("Request 1 block table"), "0* 1* 2* 3* 4* 5 6")
+    assert_says(row("Ref counts (* shared)"), *(f"block {p}: 16," for p in range(4)),
+                "block 4: 16")
+    assert_says(row("Blocks held then"), "37", "16 running", "112")   # shared; if each its own
     assert "53 with the cache, 128 without" in text
-    for header in ("Chat workload", "Control (no page shared)", "Streamed, all at once"):
+    # vLLM's word, block, for the KV unit ("page" only in the line that names the report page)
+    assert " page" not in text.lower().replace("the report page", "")
+    assert f"TTFT ({report.TERMS['TTFT']})" in text and "More of this run" in text
+    assert "TTFT, 95th" not in text and "Each run is the median pass" not in text   # --detail
+    for header in ("Chat workload", "Control (no block shared)", "Streamed, all at once"):
         line = next(line for line in lines if line.startswith(header))
         assert line.split()[-4:] == ["cache", "off", "cache", "on"], line
     assert cells("Prompt tokens computed") == ["3,364", "884"]
     assert cells("  taken from the cache") == ["0", "2,480"]
-    assert cells("Peak pages in use") == ["128", "53"]
+    assert cells("Peak blocks in use") == ["128", "53"]
     assert cells("Outputs as cache off") == ["off", "31/32"]   # in the cache-on column
     assert cells("Prefix cache hits (tokens)") == ["0", "2,480"]
     assert cells("  of queries (tokens)") == ["0", "3,364"]
@@ -220,7 +279,7 @@ def test_the_report_from_the_record(capsys):
     assert_says(text.partition("Why under 100%")[2], "90 tokens", "5 whole blocks of 16",
                 "31 x 80 = 2,480 of 3,364", "(73.7%)")
     assert_says(text.partition("num_cached_tokens:")[2], "first request 0 of 106",
-                "request 2 80 of 103", "first request again 96 of 106")
+                "request 2 80 of 103", "first request again 96 of 106", "its last block")
     # the KEY INSIGHT lines, each printed whole (what they say: the two insight tests above)
     insights = task_10_report.insights(hand_result())
     assert len(insights) == 5
@@ -250,7 +309,7 @@ def test_task_10_on_the_tiny_model(tiny_model):
     assert r["correct"]["num_identical"] == 6 and r["correct"]["num_identical_hf"] == 3
     assert r["num_identical_in_dtype"] == 6
     off, on = r["mini_engine"]
-    # 90 shared tokens = 5 whole pages of 16 (80 tokens); the first request computes them, the 5
+    # 90 shared tokens = 5 whole blocks of 16 (80 tokens); the first request computes them, the 5
     # others (admitted in the same step) take them from the cache: 5 x 80 = 400 tokens
     assert (off["cached_prompt_tokens"], on["cached_prompt_tokens"]) == (0, 400)
     assert on["prompt_tokens"] == off["prompt_tokens"] == r["workload"]["num_prompt_tokens"]
@@ -265,6 +324,7 @@ def test_task_10_on_the_tiny_model(tiny_model):
     assert "vllm" not in r and "offline" not in r and "4. vLLM" not in proc.stdout
     assert r["settings"]["is_vllm_measured"] is False
     assert "32/32" not in proc.stdout and "6/6 requests" in proc.stdout
+    assert f"one block ({report.TERMS['block']}) holds 16 tokens" in " ".join(proc.stdout.split())
     assert_fits(proc.stdout)
     # read back typed, as the summary and the report page read it
     res = steps.by_name()[task10.SCRIPT].load()
@@ -290,7 +350,7 @@ def test_bad_flags_are_one_line_and_exit_2(args, message, capsys):
 
 @pytest.mark.lab_steps("task_10_prefix_caching")
 def test_task_10_on_the_real_model_shares_the_prefix_pages(lab_run):
-    # task 10: 8 chat requests share a 90-token prefix: 5 whole pages of 16 (80 tokens),
+    # task 10: 8 chat requests share a 90-token prefix: 5 whole blocks of 16 (80 tokens),
     # computed by the first request, taken from the cache by the 7 others: 560 tokens, in
     # mini_engine and in vLLM (its blocks are 16 tokens too); none with vLLM's cache off.
     # Offline: the first request finds nothing, the second its 80 tokens, the first one

@@ -73,6 +73,12 @@ def parse_args(argv: list[str] | None):
 
 
 # --- one server: started, called, loaded, stopped ------------------------------------------------
+def in_detail(line: str) -> None:
+    """A server's start, a line at a time (stopping, starting, still starting): --detail's."""
+    with report.detail():
+        report.note(line, indent=2)
+
+
 @contextlib.contextmanager
 def started(way: str, args, model, dtype: str, s: Settings):
     """(base URL, model name the clients ask for, seconds until /health answered or None when an
@@ -81,7 +87,7 @@ def started(way: str, args, model, dtype: str, s: Settings):
         config = server.ServerConfig(model.path, model.name, dtype, max_num_seqs=s.max_num_seqs,
                                      port=args.port)
         try:
-            srv = server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
+            srv = server.ensure_server(config, progress=in_detail)
             yield srv.base_url, srv.model_name, srv.startup_s, "vllm.entrypoints.openai.api_server"
         finally:
             server.stop_server(args.port)      # the next server needs the cores
@@ -93,7 +99,7 @@ def started(way: str, args, model, dtype: str, s: Settings):
     else:
         command = transformers_command(model.path, dtype, port, s)
         name, shown = model.path, "transformers serve --continuous-batching"
-    with Started(way, command, port, progress=lambda line: report.note(line, indent=2)) as srv:
+    with Started(way, command, port, progress=in_detail) as srv:
         yield srv.base_url, name, srv.startup_s, shown
 
 
@@ -101,10 +107,10 @@ def measure_server(way: str, args, model, dtype: str, s: Settings) -> ServerRun:
     """Started, its first request (a warm-up, timed apart), task 5's SDK call, the levels in
     passes; then, once it has stopped, its engine offline."""
     hold = HOLD_EOS[way]
-    report.note(f"{way}: starting...")
+    print(f"{way}: starting...", end=" ", flush=True)
     with started(way, args, model, dtype, s) as (base_url, name, startup_s, command):
-        report.note(f"  ready after {startup_s:.1f} s" if startup_s is not None else
-                    "  the lab's server was running with these settings: reused")
+        print(f"ready after {startup_s:.1f} s" if startup_s is not None else
+              "the lab's server was running with these settings: reused", flush=True)
         first = load.run_level(base_url, name, load.user_prompts(1), args.max_tokens,
                                hold_eos=hold)
         if first.num_failed:
@@ -113,9 +119,13 @@ def measure_server(way: str, args, model, dtype: str, s: Settings) -> ServerRun:
             call = load.send_openai(base_url, name, PROMPT, args.max_tokens, hold)
         except load.CallFailed as e:
             return ServerRun(way, command, skipped=str(e))
-        passes = load.levels_in_turns(base_url, name, args.users, args.max_tokens, args.passes,
-                                      hold_eos=hold, indent="  ")
+        print(f"  {', '.join(map(str, args.users))} users, {args.passes} "
+              f"pass{'es' * (args.passes > 1)} each...", end=" ", flush=True)
+        with report.detail():      # a line a pass
+            passes = load.levels_in_turns(base_url, name, args.users, args.max_tokens,
+                                          args.passes, hold_eos=hold, indent="  ")
     levels = load.median_passes(passes)
+    print(", ".join(f"{lv.tokens_per_s:.0f}" for lv in levels) + " tok/s", flush=True)
     run = ServerRun(way, command, startup_s=startup_s, first_request_s=first.duration_s,
                     sdk_call=call, levels=levels,
                     spreads=[measure.Spread.of(lv.tokens_per_s for lv in p) for p in passes],
@@ -128,8 +138,8 @@ def measure_server(way: str, args, model, dtype: str, s: Settings) -> ServerRun:
 def run_offline(run: ServerRun, path: str, dtype: str, users: list[int], args) -> None:
     """The server's own engine on the same requests, in a fresh process (lessons/task_15/
     offline.py); a failure is kept as one line, and the rest of the task goes on."""
-    report.note(f"  {run.way} offline, {' and '.join(map(str, users))} users, {args.passes} "
-                f"pass{'es' * (args.passes > 1)}...")
+    print(f"  {run.way} offline, {' and '.join(map(str, users))} users...", end=" ",
+          flush=True)
     try:
         proc = subprocess.run([sys.executable, "-m", "lessons.task_15.offline", "--way",
                                run.way, "--model", path, "--dtype", dtype,
@@ -145,14 +155,14 @@ def run_offline(run: ServerRun, path: str, dtype: str, users: list[int], args) -
         found = json.loads(lines[-1])
     except (subprocess.TimeoutExpired, ValueError) as e:   # ValueError: JSON's too
         run.offline_error = str(e).splitlines()[0][:200]
+        print("failed", flush=True)
         report.note(f"  {run.way} offline failed: {run.offline_error}")
         return
     run.offline_startup_s = found["startup_s"]
     run.offline = [Offline(int(n), *(measure.Spread.of(found[what][n]) for what in
                                      ("tokens_per_s", "first_token_s", "step_s")))
                    for n in found["tokens_per_s"]]
-    report.note("  " + ", ".join(f"{o.num_users} user{'s' * (o.num_users > 1)} "
-                                 f"{o.tokens_per_s.median:.1f} tok/s" for o in run.offline))
+    print(", ".join(f"{o.tokens_per_s.median:.1f}" for o in run.offline) + " tok/s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> ThreeServers:
@@ -163,10 +173,12 @@ def main(argv: list[str] | None = None) -> ThreeServers:
     s = Settings()
     report.run_info(model, dtype, settings.num_cores(), **{
         "Engine settings": f"{s.describe()} (vLLM and mini_engine)"})
-    report.row("Load plan", f"{', '.join(map(str, args.users))} concurrent users, one streamed "
-                            f"request each, max_tokens={args.max_tokens}, EOS held off")
-    report.row("Passes", f"{args.passes} of every level, taking turns within each server; the "
-                         "median pass shown")
+    report.row("Load (users x tokens)", f"{', '.join(map(str, args.users))} x "
+                                        f"{args.max_tokens}, EOS held off")
+    report.row("Passes", f"{args.passes} a level, in turns; median")
+    with report.detail():
+        report.note("Each level: its users at once, one streamed request each; the levels take "
+                    "turns within each server, and the median pass is shown.")
     report.section("MEASURING (one server at a time)")
     runs = []
     for way in args.servers:
@@ -174,7 +186,7 @@ def main(argv: list[str] | None = None) -> ThreeServers:
             runs.append(measure_server(way, args, model, dtype.dtype, s))
         except server.ServerError as e:     # one server that cannot run; the rest still do
             first_line = str(e).splitlines()[0]
-            report.note(f"  {way} did not run: {first_line}")
+            report.note(f"{way} did not run: {first_line}")
             runs.append(ServerRun(way, way, skipped=first_line))
     record = ThreeServers(s.describe(), args.users, args.max_tokens, settings.TEMPERATURE,
                           args.passes, runs,

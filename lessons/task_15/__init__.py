@@ -9,13 +9,14 @@ order:
                                    process: the same requests
     record.py                      ThreeServers, the record it saves, the summary's row
     report.py                      the printing and the KEY INSIGHT lines
-    figure.py                      the largest level's requests as timelines, a panel a server
+    figure.py                      served against offline, then the largest level as
+                                   timelines, a panel a server
 """
-from lessons.task_15.figure import draw_timelines
+from lessons.task_15.figure import draw_servers
 from lessons.task_15.record import ThreeServers, summary_row
 
 OWN_PARTS = ("servers", "offline")      # besides the roles (tests/test_layout.py)
 
 # what the lab reads back (common/steps.py)
 RECORD = ThreeServers                   # results/task_15_serve_your_engine.json
-FIGURES = (("", draw_timelines),)       # results/task_15_serve_your_engine.png
+FIGURES = (("", draw_servers),)         # results/task_15_serve_your_engine.png

@@ -24,6 +24,8 @@ budget of --budgets. It prints three parts:
 
 No chunking and the smallest budget, which the insight and the summary compare, run in --passes
 passes in each engine (mini_engine's taking turns); each keeps its median pass by the stall.
+The p99 gaps, vLLM's histogram, the passes' spreads and the server's start lines are printed
+with --detail (make lab: on the report page); the JSON holds every figure.
 
 This file sets up and measures, then prints; beside it in lessons/task_11/: the workload
 (workloads.py), vLLM's staggered load and histogram (load.py), the record and the summary's row
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import time
 
-from common import cli, figures, load, measure, memory, metrics, report, results, server, settings
+from common import cli, figures, load, measure, memory, metrics, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_11 import FIGURES
@@ -240,8 +242,8 @@ def server_run(srv, w: Workload, s: Settings, label: str, budget: int | None, ch
                      srv.startup_s)
 
 
-def run_server(model_choice, dtype: str, w: Workload, s: Settings, budget: int | None
-               ) -> ServerRun:
+def run_server(model_choice, dtype: str, w: Workload, s: Settings, budget: int | None,
+               progress) -> ServerRun:
     """The lab's server at this setting (restarted when it changes), prefix caching off: every
     run computes every prompt token."""
     chunked = budget is not None
@@ -253,7 +255,8 @@ def run_server(model_choice, dtype: str, w: Workload, s: Settings, budget: int |
                                  kv_cache_bytes=s.kv_cache_bytes, port=s.port,
                                  block_size=s.page_size_tokens, enable_prefix_caching=False,
                                  engine_args=engine_args)
-    srv = server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
+    progress(f"Part 3: vLLM's server, {label_of(budget or s.max_model_len, chunked)}...")
+    srv = server.ensure_server(config, progress=server.in_report)
     # no chunking and the smallest budget, what the insight compares: in passes on this server
     passes = []
     for _ in range(s.num_passes if budget in (None, min(s.budgets_tokens)) else 1):
@@ -264,14 +267,16 @@ def run_server(model_choice, dtype: str, w: Workload, s: Settings, budget: int |
     return median_pass(passes)
 
 
-def measure_vllm(model_choice, dtype: str, w: Workload, s: Settings) -> list[ServerRun]:
+def measure_vllm(model_choice, dtype: str, w: Workload, s: Settings, progress
+                 ) -> list[ServerRun]:
     """Part 3: --base-url's server as it is, or the lab's at each setting (stopped afterwards:
     this task started it)."""
     if s.base_url:
         return [server_run(server.external_server(s.base_url), w, s, label_of(None, True), None,
                            True)]
     try:
-        return [run_server(model_choice, dtype, w, s, b) for b in [None, *s.budgets_tokens]]
+        return [run_server(model_choice, dtype, w, s, b, progress)
+                for b in [None, *s.budgets_tokens]]
     finally:
         server.stop_server(s.port)
 
@@ -299,8 +304,9 @@ def main(argv: list[str] | None = None) -> ChunkedPrefill:
     runs = measure_engine(model_choice.path, dtype.dtype, eos_ids, w, s)
     vllm = None
     if s.is_vllm_measured:
-        progress("Part 3: vLLM's server at each setting...")
-        vllm = measure_vllm(model_choice, dtype.dtype, w, s)
+        if s.base_url:
+            progress("Part 3: vLLM's server at its own setting...")
+        vllm = measure_vllm(model_choice, dtype.dtype, w, s, progress)
     progress("done")
 
     record = ChunkedPrefill(s, w.shape(), correct, identical(runs), runs, vllm, header=header)

@@ -21,6 +21,9 @@ other) and --requests at once, speculation off, then at each k of --k. It prints
    {"method": "ngram", ...} at the middle k of --k, --passes times a level: the same figures, the
    accepted share from its own counters in /metrics, and whether the greedy text changed.
 
+Each round's range, the time per output token, the tokens a step and the server's start lines
+are printed with --detail (make lab: on the report page); the JSON holds every figure.
+
 This file sets up and measures, then prints; beside it in lessons/task_12/: the workloads
 (workloads.py), the record and the summary's row (record.py), the printing and the insights
 (report.py), the figure of an answer's tokens and the speed-ups (figure.py).
@@ -37,8 +40,7 @@ import json
 import statistics
 import time
 
-from common import (cli, figures, load, measure, memory, metrics, report, results, server,
-                    settings)
+from common import cli, figures, load, measure, memory, metrics, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_12 import FIGURES
@@ -190,8 +192,8 @@ def check_correct(model_path: str, eos_ids, w: Workload, s: Settings) -> list[Ch
 
 def measure_engine(model_path: str, dtype: str, tokenizer, eos_ids, w: Workload, s: Settings,
                    progress) -> tuple[list[EngineRun], list[Answer]]:
-    """Part 2, off and each k in turns at each workload and level; and the first answer of each workload
-    alone at vLLM's k, token by token, for the figure."""
+    """Part 2, off and each k in turns at each workload and level; and the first answer of each
+    workload alone at vLLM's k, token by token, for the figure."""
     model = Llama(model_path, dtype)
     n, short = s.num_requests, min(WARM_UP_TOKENS, s.output_tokens)
     runs, answers = [], []
@@ -203,7 +205,8 @@ def measure_engine(model_path: str, dtype: str, tokenizer, eos_ids, w: Workload,
                                   k, s.output_tokens if next(calls) else short)
     for name in WORKLOADS:
         for is_concurrent, count in ((False, s.num_sequential), (True, n)):
-            progress(f"Part 2: {name}, {count if is_concurrent else 1} at a time...")
+            if (name, is_concurrent) == (WORKLOADS[0], False):
+                progress("Part 2: mini_engine, each workload and level...")
             found = measure.in_turns({k: way(name, is_concurrent, count, k) for k in [0, *s.ks]},
                                      s.num_passes)
             off = EngineRun.median_of(found[0])
@@ -260,7 +263,7 @@ def run_server(model_choice, dtype: str, w: Workload, s: Settings, k: int) -> li
                                  block_size=s.page_size_tokens, enable_prefix_caching=False,
                                  engine_args=("--speculative-config", json.dumps(spec)) if k
                                  else ())
-    srv = server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
+    srv = server.ensure_server(config, progress=server.in_report)
     return server_runs(srv, w, s, k)
 
 

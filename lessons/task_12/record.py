@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common import load, measure, results
+from common import fmt, load, measure, results
 
 WORKLOADS = ("copy", "chat")        # the answer copies from its prompt, or it does not
 
@@ -228,17 +228,6 @@ class SpeculativeDecoding(results.Result):
         return spread.median if spread else None
 
 
-def times_text(spread: measure.Spread | None, digits: int = 2) -> str:
-    """'2.50x (2.41-2.58)': the median with the range of the passes; one pass: '2.50x'; not
-    measured: '-'."""
-    if spread is None:
-        return "-"
-    text = f"{spread.median:.{digits}f}x"
-    if spread.num_passes < 2:
-        return text
-    return f"{text} ({spread.low:.{digits}f}-{spread.high:.{digits}f})"
-
-
 def summary_row(res: SpeculativeDecoding) -> str:
     """mini_engine's speed-up at vLLM's k for one copy request and for --requests chats at
     once, and vLLM's for the one copy request, each with its range: 'copy 2.5x (2.4-2.6), vLLM
@@ -246,7 +235,9 @@ def summary_row(res: SpeculativeDecoding) -> str:
     as if nothing)."""
     k = res.settings.vllm_k
     vllm = res.vllm_speedup_spread("copy", False)
-    row = f"copy {times_text(res.engine_speedup_spread('copy', False, k), 1)}" + (
-        f", vLLM {times_text(vllm, 1)}" if vllm else "")
-    return row + f"; {res.settings.num_requests} chat " \
-        f"{times_text(res.engine_speedup_spread('chat', True, k))}"
+    copy = fmt.times_range(res.engine_speedup_spread("copy", False, k), digits=1)
+    chat = fmt.times_range(res.engine_speedup_spread("chat", True, k))
+    n = res.settings.num_requests
+    if vllm is None:
+        return f"copy {copy}; {n} chat {chat}"
+    return f"copy {copy}, vLLM {fmt.times_range(vllm, digits=1)}; {n} chat {chat}"

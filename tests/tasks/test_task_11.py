@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import task_11_chunked_prefill as task11
-from common import figures, results, server, steps
+from common import figures, report, results, server, steps
 from common.measure import Spread
 from lessons.task_11 import FIGURES
 from lessons.task_11 import report as task_11_report
@@ -75,40 +75,60 @@ def test_the_summary_row():
     assert summary_row(record) == "stall -87%, TTFT +40%"
 
 
+def insight_fits(lines: list[str]) -> None:
+    """The KEY INSIGHT within the lab's limits: at most 5 bullets and 12 printed lines."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        report.insight(lines)
+    printed = out.getvalue().splitlines()[2:-1]       # within the rules, after "KEY INSIGHT:"
+    assert len(lines) <= report.MAX_INSIGHT_BULLETS, lines
+    assert len(printed) <= report.MAX_INSIGHT_LINES, printed
+    assert all(line.endswith(".") for line in lines), lines     # whole sentences
+
+
 def test_the_insight_says_what_the_figures_show():
     lines = task_11_report.insights(hand_result())
     assert len(lines) == 5
-    # fp32: 6 of 6 identical at each of the 4 budgets; bfloat16: 6, 5, 6, 4 of 6, so 4-6; one
-    # line (the result said once)
-    assert_says(lines[0], "6/6 requests", "bfloat16", "4-6 of 6",
-                branch=("changed no token", "rounding"), not_branch="a bug")
+    insight_fits(lines)
+    # fp32: 6 of 6 identical at each of the 4 budgets
+    assert_says(lines[0], "6/6 requests", "every budget", branch="changed no token",
+                not_branch=("a bug", "rounding"))
     # the chats' longest stall 1,165 ms without chunking, 157 at budget 64: 1,165 / 157 = 7.4x
-    # shorter; the documents' TTFT (1.0 + 1.42) / 2 = 1.21 s, (1.4 + 2.0) / 2 = 1.70: 1.40x
-    # each the median of 3 passes, the passes' spreads apart: 1,100-1,250 and 150-170 ms,
-    # 1.15-1.30 and 1.60-1.80 s
-    assert_says(lines[1], "mini_engine", "64 tokens", "1,165 -> 157 ms", "(7.4x shorter",
-                "3 passes each: 1,100-1,250 and 150-170 ms", "1.21 -> 1.70 s", "(1.40x",
-                "3 passes each: 1.15-1.30 and 1.60-1.80 s",
+    # shorter; the documents' TTFT (1.0 + 1.42) / 2 = 1.21 s, (1.4 + 2.0) / 2 = 1.70: 1.40x;
+    # each the median of 3 passes, the passes' spreads apart (1,100-1,250 and 150-170 ms,
+    # 1.15-1.30 and 1.60-1.80 s: part 2's detail)
+    assert_says(lines[1], "mini_engine", "64 tokens", "1,165 -> 157 ms", "(7.4x shorter)",
+                "1.21 -> 1.70 s", "(1.40x)",
                 branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
-                not_branch=("did not shorten", "no TTFT", "cannot"))
+                not_branch=("did not shorten", "no TTFT", "not told apart"))
     # without chunking a step held a whole document's 1,234 prompt tokens + 4 chats' decodes:
     # 1,238; no chunked run's step passed its budget
-    assert_says(lines[2], "1,238 tokens", branch="no step computed more than its budget",
+    assert_says(lines[2], "1,238 tokens", branch="no step passed its budget",
                 not_branch="a bug")
     # vLLM: stall 700 -> 63 ms, 700 / 63 = 11.1x; TTFT (0.9 + 1.0) / 2 = 0.95 s, (1.2 + 1.6) /
     # 2 = 1.40 s: 1.47x
-    assert_says(lines[3], "vLLM", "64 tokens", "700 -> 63 ms", "(11.1x",
-                "650-760 and 60-70 ms", "0.95 -> 1.40 s", "(1.47x", "0.90-1.05 and 1.30-1.50 s",
+    assert_says(lines[3], "vLLM", "64 tokens", "700 -> 63 ms", "(11.1x shorter)",
+                "0.95 -> 1.40 s", "(1.47x)",
                 branch=("cut the chats' longest stall", "cost the long documents' TTFT"),
-                not_branch=("did not shorten", "no TTFT", "cannot"))
+                not_branch=("did not shorten", "no TTFT", "not told apart"))
     # 2,468 prompt tokens in 42 steps: 59 a step
     assert_says(lines[4], "42 steps", "budget 64", "(2 without chunking)", "59 prompt tokens",
                 branch="within the budget", not_branch="over the budget")
+    # bfloat16: 6, 5, 6, 4 of 6 matched no chunking, so 4-6; fp32 matched all: rounding
     record = hand_result()
+    assert_says(task_11_report.dtype_line(record), "bfloat16", "4-6 of 6",
+                branch="rounding", not_branch="fp32 differs")
     record.num_identical_in_dtype = [5, 5, 5, 5]        # the same at every budget: one figure
-    assert_says(task_11_report.insights(record)[0], "6/6", "bfloat16", "5 of 6",
+    assert_says(task_11_report.dtype_line(record), "bfloat16", "5 of 6",
                 branch="rounding", not_branch="5-5")
-    record.num_identical_in_dtype = [6, 6, 6, 6]        # bfloat16 as fp32: nothing to explain
+    record.correct.num_identical = [6, 6, 5, 6]         # fp32 differs too: no rounding claimed
+    assert_says(task_11_report.dtype_line(record), "5 of 6", branch="fp32 differs too",
+                not_branch="rounding")
+    record.num_identical_in_dtype = [6, 6, 6, 6]        # bfloat16 as no chunking: nothing to say
+    assert task_11_report.dtype_line(record) is None
     assert not any("rounding" in line for line in task_11_report.insights(record))
     assert len(task_11_report.insights(record)) == 5
 
@@ -124,6 +144,7 @@ def test_the_insight_changes_when_the_figures_do():
     record.vllm[4].num_prefill_steps = 20               # 2,468 / 20 = 123 a step > 64
     lines = task_11_report.insights(record)
     assert len(lines) == 5
+    insight_fits(lines)
     # budget 128 (the third): 5 of 6 identical in fp32, 1 differs
     assert_says(lines[0], "budget 128", "(1 differ)", branch="a bug",
                 not_branch=("changed no token", "rounding"))
@@ -131,7 +152,7 @@ def test_the_insight_changes_when_the_figures_do():
     assert_says(lines[1], "mini_engine", "64 tokens", "1,165 -> 1,300 ms", "1.21 -> 1.00 s",
                 branch=("did not shorten", "no TTFT"),
                 not_branch=("cut the chats' longest stall", "x shorter", "documents' TTFT"))
-    assert_says(lines[2], "budget 64", branch="a bug", not_branch="no step computed more")
+    assert_says(lines[2], "budget 64", branch="a bug", not_branch="no step passed")
     assert not any("rounding" in line for line in lines)
     assert_says(lines[4], "20 steps", "123 prompt tokens", branch="over the budget",
                 not_branch="within the budget")
@@ -147,15 +168,28 @@ def test_a_change_the_passes_cannot_tell_apart_is_not_claimed():
     small.passes.max_itl_s = Spread(1.2, 1.15, 1.3, 3)            # 1,100-1,250 overlaps
     small.passes.mean_long_ttft_s = Spread(1.25, 1.2, 1.35, 3)    # 1.15-1.30 overlaps
     line = task_11_report.insights(record)[1]
-    assert_says(line, "mini_engine", "64 tokens", "1,165 -> 1,200 ms",
-                "3 passes each: 1,100-1,250 and 1,150-1,300 ms", "1.21 -> 1.25 s",
-                "3 passes each: 1.15-1.30 and 1.20-1.35 s",
-                branch=("spreads cannot tell it apart", "TTFT cannot be told apart"),
+    insight_fits(task_11_report.insights(record))
+    assert_says(line, "mini_engine", "64 tokens", "1,165 -> 1,200 ms", "1.21 -> 1.25 s",
+                branch="neither the chats' longest stall",
                 not_branch=("cut the chats' longest stall", "did not shorten", "x shorter",
                             "cost the long documents"))
     assert_says(summary_row(record), "stall not told apart", "TTFT not told apart",
                 "vLLM stall -91%", "TTFT +47%",
                 not_branch=("stall +3%", "TTFT +3%"))          # 1.2 / 1.165, 1.25 / 1.21: +3%
+    # one side apart: the stall's spreads overlap, the TTFT's do not (1.60-1.80 against
+    # 1.15-1.30 s): two sentences, each its own verdict
+    small.passes.mean_long_ttft_s = Spread(1.70, 1.6, 1.8, 3)
+    line = task_11_report.insights(record)[1]
+    assert_says(line, "(1,165 -> 1,200 ms) was not told apart from no chunking",
+                "cost the long documents' TTFT 1.21 -> 1.70 s",
+                not_branch=("neither", "TTFT was not told apart"))
+    # and the other way about: the stall cut (150-170 ms), the TTFT's spreads overlapping
+    small.passes.max_itl_s = Spread(0.157, 0.15, 0.17, 3)
+    small.passes.mean_long_ttft_s = Spread(1.25, 1.2, 1.35, 3)
+    line = task_11_report.insights(record)[1]
+    assert_says(line, "cut the chats' longest stall 1,165 -> 157 ms",
+                "TTFT was not told apart (1.21 -> 1.25 s)", not_branch="neither")
+    insight_fits(task_11_report.insights(record))
 
 
 def test_the_report_from_the_record(capsys):
@@ -163,28 +197,45 @@ def test_the_report_from_the_record(capsys):
     out = capsys.readouterr().out
     assert_fits(out)
     lines = out.splitlines()
+    assert len(lines) <= report.MAX_LINES - 30          # what ran and the progress lines besides
 
     def cells(label: str, part: str) -> list[str]:
         """The row label's last five cells in the table of this part."""
         start = next(i for i, line in enumerate(lines) if part in line)
         return next(line for line in lines[start:] if line.startswith(label + "  ")).split()[-5:]
 
-    budget_64 = next(line for line in lines if line.startswith("Budget 64 vs no chunking:"))
-    assert_says(budget_64, "6/6 requests identical")
+    budgets = " ".join(out.split()).partition("Budget 512, 256, 128, 64 vs off:")[2]
+    assert_says(budgets, "6/6, 6/6, 6/6, 6/6 identical")
     for part in ("2. MEASURED", "3. vLLM"):
         header = lines[next(i for i, line in enumerate(lines) if part in line) + 1]
         assert header.split()[-5:] == ["off", "512", "256", "128", "64"], header
         assert cells("  longest stall (ms)", part)[0] == ("1,165" if "2." in part else "700")
     assert cells("Most tokens in a step", "2. MEASURED") == ["1,238", "512", "256", "128", "64"]
     assert cells("  the budget", "2. MEASURED") == ["2,048", "512", "256", "128", "64"]
-    assert cells("Outputs as no chunking", "2. MEASURED")[-4:] == ["6/6", "5/6", "6/6", "4/6"]
     assert cells("Long docs: TTFT mean (s)", "2. MEASURED") == ["1.21", "1.27", "1.35", "1.50",
                                                                  "1.70"]
-    assert cells("Chats' tokens at arrival", "3. vLLM") == ["8"] * 5
     assert cells("Docs' prefill (steps)", "3. vLLM") == ["2", "5", "10", "20", "42"]
     assert cells("  prompt tokens a step", "3. vLLM") == ["1,234", "494", "247", "123", "59"]
-    assert cells("  counted over budget", "3. vLLM") == ["0", "2", "2", "2", "3"]
     assert cells("Succeeded", "3. vLLM") == ["6/6"] * 5
+    assert "Chats' tokens at arrival" not in out and "--detail" in out   # behind --detail
+    # the detail: each figure the report left out, and the passes' spreads
+    report.show_detail(True)
+    try:
+        task_11_report.print_report(hand_result())
+    finally:
+        report.show_detail(False)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert cells("Outputs as no chunking", "2. MEASURED")[-4:] == ["6/6", "5/6", "6/6", "4/6"]
+    assert cells("Chats' tokens at arrival", "3. vLLM") == ["8"] * 5
+    assert cells("  counted over budget", "3. vLLM") == ["0", "2", "2", "2", "3"]
+    flat = " ".join(out.split())
+    assert_says(flat, "no chunking: longest stall 1,165 ms (1,100-1,250, 3 passes), TTFT 1.21 s "
+                      "(1.15-1.30, 3 passes)",
+                "budget 64: longest stall 157 ms (150-170, 3 passes), TTFT 1.70 s (1.60-1.80, "
+                "3 passes)",
+                "no chunking: longest stall 700 ms (650-760, 3 passes)")
+    assert "--detail" not in out
 
 
 def test_what_the_figure_plots():
@@ -199,10 +250,20 @@ def test_what_the_figure_plots():
         timeline.decode_tokens                                          # prefill stacked on it
     assert [line.get_ydata()[0] for line in off_steps.lines] == [2048]     # the budget line
     assert [line.get_ydata()[0] for line in on_steps.lines] == [64]
-    assert on_steps.get_title() == "budget 64: 50 steps"           # 3 + 42 chunks + 5
-    assert off_steps.get_title() == "no chunking: 8 steps"
-    # a row of ticks per chat, then the documents' arrival and their 2 first tokens
-    assert len(on_times.lines) == 4 + 1 + 2
+    assert on_steps.get_title() == "mini_engine, budget 64: 50 steps"   # 3 + 42 chunks + 5
+    assert off_steps.get_title() == "mini_engine, no chunking: 8 steps"
+    # a row of ticks per chat, then a row per document, from its arrival to its first token;
+    # the ticks drawn over everything else, the documents' wait shaded behind (no line lies
+    # over a chat's tick)
+    assert len(on_times.lines) == 4 + 2
+    assert [list(line.get_ydata()) for line in on_times.lines[4:]] == [[4, 4], [5, 5]]
+    assert [list(line.get_xdata()) for line in on_times.lines[4:]] == [[0.05, 0.5],
+                                                                       [0.05, 1.0]]
+    assert all(line.get_zorder() > on_times.lines[4].get_zorder()
+               for line in on_times.lines[:4])
+    assert [t.get_text() for t in on_times.get_yticklabels()] == [
+        "chat 1", "chat 2", "chat 3", "chat 4", "doc 1", "doc 2"]
+    assert len(on_times.collections) == 1 and on_times.collections[0].get_zorder() == 0
     assert on_times.get_title() == "longest stall 157 ms, TTFT 1.70 s"
     # the legend lies in the band above the budget line, covering none of it
     fig.canvas.draw()
@@ -211,11 +272,11 @@ def test_what_the_figure_plots():
     # one colour, one meaning: the documents' first tokens are not drawn in prefill's colour
     from matplotlib.colors import to_hex
     bar_colours = {to_hex(p.get_facecolor()) for p in off_steps.patches}
-    assert {to_hex(line.get_color()) for line in on_times.lines[5:]}.isdisjoint(bar_colours)
+    assert {to_hex(line.get_color()) for line in on_times.lines[4:]}.isdisjoint(bar_colours)
     assert off_steps.get_ylabel() == "tokens computed" and off_steps.get_xlabel() == "engine step"
     assert off_times.get_xlabel() == "time since the first step (s)"
     assert_figure_reads_well(fig, steps.by_name()[task11.SCRIPT].load(), "task 11")
-    assert fig.get_suptitle().startswith("Task 11: ")            # the task it belongs to
+    assert fig.get_suptitle().startswith("Task 11: mini_engine alone")   # vLLM is not drawn
     figures.plt().close(fig)
     drawn = figures.draw(task11.SCRIPT, record, FIGURES)
     assert [(path.name, why) for path, why in drawn] == [(f"{task11.SCRIPT}.png", None)]

@@ -36,7 +36,7 @@ import functools
 import statistics
 import time
 
-from common import (cli, engine, figures, load, measure, memory, metrics, report, results, server,
+from common import (cli, engine, figures, load, measure, memory, metrics, results, server,
                     settings)
 from lessons.task_10 import FIGURES
 from lessons.task_10.record import (LABELS, Correctness, EngineRun, OfflineRequest, PageSnapshot,
@@ -194,21 +194,13 @@ def run_server(model_choice, dtype: str, workload: Workload, s: Settings, cachin
                                  max_model_len=s.max_model_len, max_num_seqs=s.max_num_seqs,
                                  port=s.port, block_size=s.page_size_tokens,
                                  enable_prefix_caching=caching)
-    srv = server.ensure_server(config, progress=server_progress)
+    srv = server.ensure_server(config, progress=server.in_report)
     load.run_level(srv.base_url, srv.model_name, [settings.PROMPT], 4)
     before = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
     level = load.run_level(srv.base_url, srv.model_name, workload.texts, s.num_output_tokens)
     after = metrics.snapshot(metrics.fetch(srv.base_url), time.monotonic())
     return ServerRun(LABELS[caching], level, round(after.prefix_queries - before.prefix_queries),
                      round(after.prefix_hits - before.prefix_hits), srv.startup_s)
-
-
-def server_progress(line: str) -> None:
-    """A server's start, one short line here ('Starting vLLM server on http://...'); the line
-    whole, its settings with it, behind --detail."""
-    with report.detail():
-        report.note(line, indent=2)
-    report.note(line.split(" (")[0].removesuffix("...") + "...", indent=2)
 
 
 def offline_cached_tokens(model_path: str, dtype: str, workload: Workload, s: Settings

@@ -42,7 +42,7 @@ import time
 
 import psutil
 
-from common import cli, figures, measure, memory, report, results, settings
+from common import cli, figures, measure, memory, results, settings
 from lessons.task_13 import FIGURES, attention
 from lessons.task_13.record import AttentionSweep, CompiledStep, EngineMode, Settings, VllmMode
 from lessons.task_13.report import print_header, print_report

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 
-from common import cli, figures, measure, report, results, server, settings
+from common import cli, figures, measure, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text, templated
 from lessons.task_14 import FIGURES, vllm_side
@@ -37,7 +37,6 @@ from lessons.task_14.record import Capacity, Quality, QuantizedKV, Settings, Thr
 from lessons.task_14.report import print_report, print_run_info
 from mini_engine import Llama
 from mini_engine.engine import eos_token_ids
-from mini_engine import kv_quant
 from mini_engine.kv_quant import bytes_per_token
 
 SCRIPT = "task_14_quantized_kv"

@@ -235,6 +235,17 @@ def _quiet(line: str) -> None:
     """The default progress callback: say nothing."""
 
 
+def in_report(line: str) -> None:
+    """The progress callback of a task that restarts the lab's server at each setting it
+    compares (tasks 10-12, 14), and says which setting first: a stop (a restart) is a line of
+    its report; the start, its settings and its wait are --detail (the report page)."""
+    if line.startswith("Stopping"):
+        report.note(line, indent=2)
+        return
+    with report.detail():
+        report.note(line, indent=2)
+
+
 def wait_until_healthy(proc: subprocess.Popen, base_url: str, what: str, log, timeout_s: float,
                        progress: Callable[[str], None] = _quiet) -> float:
     """Seconds until the server proc started answers /health; a ServerError with the last lines

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from common import load, metrics, report, server
+from common import load, metrics, server
 from lessons.task_14.record import Throughput
 
 TIMEOUT_S = 300
@@ -57,7 +57,7 @@ def start(model_choice, dtype: str, kv_cache_dtype: str, s) -> server.Server:
         max_num_seqs=s.load_requests, kv_cache_bytes=s.load_kv_bytes, port=s.port,
         block_size=s.page_tokens, enable_prefix_caching=False,
         engine_args=("--kv-cache-dtype", kv_cache_dtype))
-    return server.ensure_server(config, progress=lambda line: report.note(line, indent=2))
+    return server.ensure_server(config, progress=server.in_report)
 
 
 def blocks(srv) -> int:

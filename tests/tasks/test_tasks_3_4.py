@@ -10,7 +10,7 @@ import pytest
 
 import task_3_kv_cache_problem as task3
 import task_4_paged_attention as task4
-from common import figures, kv, report, settings, steps
+from common import figures, kv, report, steps
 from lessons.task_3 import report as show3
 from lessons.task_4 import figure as task_4_figure
 from lessons.task_4 import report as show4

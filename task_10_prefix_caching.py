@@ -36,8 +36,8 @@ import functools
 import statistics
 import time
 
-from common import (cli, engine, figures, load, measure, memory, metrics, results, server,
-                    settings)
+from common import (cli, engine, figures, load, measure, memory, metrics, own_engines, results,
+                    server, settings)
 from lessons.task_10 import FIGURES
 from lessons.task_10.record import (LABELS, Correctness, EngineRun, OfflineRequest, PageSnapshot,
                                     PrefixCaching, ServerRun, Settings)
@@ -45,7 +45,6 @@ from lessons.task_10.report import print_report, print_run_info
 from lessons.task_10.workloads import (LONG_MAX_MODEL_LEN, Workload, chat_workload,
                                        choose_max_model_len, control_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
-from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_10_prefix_caching"
 CHECK_REQUESTS = 3          # part 1: requests checked against transformers, fp32
@@ -237,18 +236,10 @@ def measure_vllm(model_choice, dtype: str, chat: Workload, s: Settings):
 # --- the lesson ------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> PrefixCaching:
     args = parse_args(argv)
-    model_choice = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    import torch
-    from transformers import AutoTokenizer
-
-    torch.set_num_threads(settings.num_cores())
-    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
+    model_choice, dtype, tokenizer, eos_ids, progress, header = own_engines.start(args)
     chat = chat_workload(tokenizer, args.requests, args.system_tokens)
     control = control_workload(chat, args.page_size, args.seed)
     s = settings_of(args, choose_max_model_len(chat, args.output))
-    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
-    header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, chat.shape())
 
     progress("Part 1: cache on and off, transformers (fp32)...")

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import time
 
-from common import cli, figures, load, measure, memory, metrics, results, server, settings
+from common import (cli, figures, load, measure, memory, metrics, own_engines, results, server,
+                    settings)
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_11 import FIGURES
@@ -52,7 +53,6 @@ from lessons.task_11.report import print_report, print_run_info
 from lessons.task_11.workloads import (LONG_DOCS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
-from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_11_chunked_prefill"
 ARRIVE_AFTER_TOKENS = 8     # the long documents arrive once every chat has made this many
@@ -284,17 +284,9 @@ def measure_vllm(model_choice, dtype: str, w: Workload, s: Settings, progress
 # --- the lesson --------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> ChunkedPrefill:
     args = parse_args(argv)
-    model_choice = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    import torch
-    from transformers import AutoTokenizer
-
-    torch.set_num_threads(settings.num_cores())
-    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
+    model_choice, dtype, tokenizer, eos_ids, progress, header = own_engines.start(args)
     w = make_workload(tokenizer, args.chats, args.long_docs, args.long_tokens)
     s = settings_of(args, model_choice.path, w)
-    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
-    header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, w.shape(),
                    source_text(LONG_DOCS)[2])
 

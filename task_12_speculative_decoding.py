@@ -40,7 +40,8 @@ import json
 import statistics
 import time
 
-from common import cli, figures, load, measure, memory, metrics, results, server, settings
+from common import (cli, figures, load, measure, memory, metrics, own_engines, results, server,
+                    settings)
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text
 from lessons.task_12 import FIGURES
@@ -50,7 +51,6 @@ from lessons.task_12.report import print_report, print_run_info
 from lessons.task_12.workloads import (COPY_WINDOWS, MAX_MODEL_LEN, Workload, check_fits,
                                        kv_budget_bytes, make_workload)
 from mini_engine import EngineConfig, LLMEngine, Llama
-from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_12_speculative_decoding"
 DEFAULTS = {"k": [2, 4, 8], "requests": 16, "output": 64, "passes": measure.PASSES}
@@ -284,17 +284,9 @@ def measure_vllm(model_choice, dtype: str, w: Workload, s: Settings) -> list[Ser
 # --- the lesson --------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> SpeculativeDecoding:
     args = parse_args(argv)
-    model_choice = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    import torch
-    from transformers import AutoTokenizer
-
-    torch.set_num_threads(settings.num_cores())
-    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
+    model_choice, dtype, tokenizer, eos_ids, progress, header = own_engines.start(args)
     w = make_workload(tokenizer, args.requests, WINDOW_TOKENS)
     s = settings_of(args, model_choice.path, w)
-    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
-    header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, w.shape(),
                    source_text(COPY_WINDOWS)[2])
 

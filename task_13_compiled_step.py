@@ -247,7 +247,7 @@ def vllm_attention(path: str, dtype: str, s: Settings,
                    contexts: list[int]) -> dict[int, list[float]]:
     """Part 4's vLLM side: its attention kernel at each context, in a process of its own (part
     3's processes measure vLLM's memory, which this one's pools would swell)."""
-    found, _ = memory.run_measured("vLLM's attention", [
+    found, _ = measure.run_once("vLLM's attention", [
         "-m", "lessons.task_13.attention", "--model", path, "--dtype", dtype,
         "--batches", ",".join(map(str, sorted({1, s.max_batch}))),
         "--contexts", ",".join(map(str, contexts))],

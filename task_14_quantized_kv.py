@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 
-from common import cli, figures, measure, results, server, settings
+from common import cli, figures, measure, own_engines, results, server, settings
 from common.shape import ModelShape, max_model_len_for
 from common.texts import source_text, templated
 from lessons.task_14 import FIGURES, vllm_side
@@ -36,7 +36,6 @@ from lessons.task_14 import quality as q
 from lessons.task_14.record import Capacity, Quality, QuantizedKV, Settings, Throughput, label
 from lessons.task_14.report import print_report, print_run_info
 from mini_engine import Llama
-from mini_engine.engine import eos_token_ids
 from mini_engine.kv_quant import bytes_per_token
 
 SCRIPT = "task_14_quantized_kv"
@@ -255,13 +254,7 @@ def measure_vllm_dtype(model_choice, dtype: str, kv_dtype: str, eos, prompts, pa
 
 def main(argv: list[str] | None = None) -> QuantizedKV:
     args = parse_args(argv)
-    model_choice = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
-    import torch
-    from transformers import AutoTokenizer
-
-    torch.set_num_threads(settings.num_cores())
-    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
+    model_choice, dtype, tokenizer, eos_ids, progress, header = own_engines.start(args)
     prompts = [tokenizer(templated(tokenizer, question)).input_ids
                for question in QUESTIONS[:args.prompts]]
     path, text, text_note = source_text("the passage")
@@ -271,12 +264,10 @@ def main(argv: list[str] | None = None) -> QuantizedKV:
     longest = max(len(passage) + 1, max(map(len, prompts)) + args.max_tokens,
                   max(map(len, load_prompts)) + args.load_tokens)
     s = settings_of(args, model_choice.path, dtype.dtype, longest)
-    header = results.RunHeader.of(model_choice, dtype, torch.get_num_threads())
     print_run_info(model_choice, dtype, header.threads, s, path.name, text_note)
-    progress = measure.progress_clock()
 
     progress("Parts 1-2: mini_engine, each KV cache format...")
-    model, eos = Llama(model_choice.path, dtype.dtype), eos_token_ids(model_choice.path)
+    model, eos = Llama(model_choice.path, dtype.dtype), eos_ids
     record = QuantizedKV(s, capacities(model, eos, s), {}, {}, header=header)
     perplexity, empty, stuck, qualities, runs = measure_engine(
         model, eos, prompts, passage, load_prompts, s, dtype.dtype, progress)

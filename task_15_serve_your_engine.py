@@ -25,9 +25,6 @@ lessons/task_15/record.py; the report: lessons/task_15/report.py.
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 
 from common import cli, figures, load, measure, report, results, server, settings
 from lessons.task_15 import FIGURES
@@ -141,19 +138,11 @@ def run_offline(run: ServerRun, path: str, dtype: str, users: list[int], args) -
     print(f"  {run.way} offline, {' and '.join(map(str, users))} users...", end=" ",
           flush=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "lessons.task_15.offline", "--way",
-                               run.way, "--model", path, "--dtype", dtype,
-                               "--users", ",".join(map(str, users)),
-                               "--tokens", str(args.max_tokens), "--passes", str(args.passes),
-                               "--kernels", args.kernels],
-                              capture_output=True, text=True, timeout=OFFLINE_TIMEOUT_S,
-                              cwd=settings.REPO_DIR)
-        lines = proc.stdout.strip().splitlines()
-        if proc.returncode or not lines:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ValueError(f"exited with code {proc.returncode}: {last}")
-        found = json.loads(lines[-1])
-    except (subprocess.TimeoutExpired, ValueError) as e:   # ValueError: JSON's too
+        found, _ = measure.run_once(f"{run.way} offline", [
+            "-m", "lessons.task_15.offline", "--way", run.way, "--model", path, "--dtype", dtype,
+            "--users", ",".join(map(str, users)), "--tokens", str(args.max_tokens),
+            "--passes", str(args.passes), "--kernels", args.kernels], OFFLINE_TIMEOUT_S)
+    except server.ServerError as e:
         run.offline_error = str(e).splitlines()[0][:200]
         print("failed", flush=True)
         report.note(f"  {run.way} offline failed: {run.offline_error}")

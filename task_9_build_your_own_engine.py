@@ -33,7 +33,7 @@ import functools
 import statistics
 import time
 
-from common import cli, engine, figures, kv, load, measure, memory, results, settings
+from common import cli, engine, figures, kv, load, measure, memory, own_engines, results, settings
 from common.shape import ModelShape, torch_dtype
 from lessons.task_9 import FIGURES, profile, record
 from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, PolicyRun,
@@ -41,7 +41,6 @@ from lessons.task_9.record import (Correctness, HFRun, Mismatch, OwnEngine, Poli
 from lessons.task_9.report import print_header, print_report
 from lessons.task_9.workloads import Request, make_workload
 from mini_engine import EngineConfig, LLMEngine, Llama, StepProfiler
-from mini_engine.engine import eos_token_ids
 
 SCRIPT = "task_9_build_your_own_engine"
 # Part 1: prompts of different lengths (3 to 30 tokens), each generating CHECK_TOKENS greedily.
@@ -247,16 +246,9 @@ def vllm_run(eng, passes: list[tuple[float, int]], num_threads: int) -> VllmRun:
 
 def main(argv: list[str] | None = None) -> OwnEngine:
     args = parse_args(argv)
-    model_choice = cli.resolve_model_or_fail(args.model)
-    dtype = settings.resolve_dtype(args.dtype)
+    model_choice, dtype, tokenizer, eos_ids, progress, header = own_engines.start(args)
     check_budget(args, model_choice.path, dtype.dtype)
-    import torch
-    from transformers import AutoTokenizer
-
-    torch.set_num_threads(settings.num_cores())
-    print_header(model_choice, dtype, torch.get_num_threads(), RunSettings.of(args))
-    tokenizer = AutoTokenizer.from_pretrained(model_choice.path)
-    eos_ids, progress = eos_token_ids(model_choice.path), measure.progress_clock()
+    print_header(model_choice, dtype, header.threads, RunSettings.of(args))
 
     progress("Part 1: the engine against transformers, greedy...")
     model, hf_model = load_models(model_choice.path, "float32")
@@ -275,13 +267,13 @@ def main(argv: list[str] | None = None) -> OwnEngine:
     one_request = new_engine(model, eos_ids, args, "continuous")
     split = profile.phase_split(one_request, workload[0].prompt_ids, steps_of[best.label])
     run = OwnEngine(
-        header=results.RunHeader.of(model_choice, dtype, torch.get_num_threads()),
+        header=header,
         settings=RunSettings.of(args), correctness=correct,
         workload_num_output_tokens=[r.num_output for r in workload], policies=runs,
         timelines={label: record.timeline_record(steps) for label, steps in steps_of.items()},
         phases=split, machine=profile.machine_bounds(model, dtype.dtype, list(split)),
         kernels=one_request.kernels_used(), transformers_static=hf_run,
-        vllm=vllm_run(vllm, vllm_passes, torch.get_num_threads()) if vllm else None,
+        vllm=vllm_run(vllm, vllm_passes, header.threads) if vllm else None,
         num_kv_blocks=one_request.block_manager.num_pages)
     progress("done")
     run.continuous_over_static_spread, run.engine_over_vllm_spread = record.ratios(runs, run.vllm)

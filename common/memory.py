@@ -145,34 +145,3 @@ def child_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env["VLLM_LOGGING_LEVEL"] = "ERROR"
     return env
-
-
-def run_measured(what: str, args: list[str], timeout_s: float,
-                 unset: tuple[str, ...] = ()) -> tuple[dict, int]:
-    """`python <args>` in a fresh process of ours, its memory sampled while it runs (task 13's
-    measurement of vLLM's attention kernel): (the JSON line it printed last, its peak PSS).
-    unset: environment variables the child must not inherit. A failure is a server.ServerError,
-    which cli.run prints in one line; Ctrl-C or the timeout leave nothing running."""
-    import json
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env(unset),
-                            cwd=server.settings.REPO_DIR)
-    try:
-        with PeakMemory(proc.pid) as peak:
-            out, err = proc.communicate(timeout=timeout_s)
-    except BaseException as e:
-        proc.kill()
-        proc.wait()
-        if isinstance(e, subprocess.TimeoutExpired):
-            raise server.ServerError(f"{what} ran over {timeout_s:.0f} s and was stopped") from None
-        raise
-    last = (err.strip().splitlines() or ["no output"])[-1]
-    if proc.returncode != 0:
-        raise server.ServerError(f"{what} exited with code {proc.returncode}: {last}")
-    try:
-        return json.loads(out.strip().splitlines()[-1]), peak.peak_bytes
-    except (IndexError, json.JSONDecodeError):
-        raise server.ServerError(f"{what} printed no result: {last}") from None

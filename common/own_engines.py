@@ -4,24 +4,20 @@ end-of-sequence ids, a progress clock, and the header its record is saved with."
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from common import cli, measure, results, settings
 
 
-@dataclass
-class Start:
+class Start(NamedTuple):
+    """What a step unpacks: `model_choice, dtype, tokenizer, eos_ids, progress, header =
+    own_engines.start(args)`."""
     model: Any                        # common.model.ModelChoice: what ran, and from where
     dtype: settings.DtypeChoice
     tokenizer: Any                    # the model's own (transformers)
     eos_ids: list[int]                # every token id that ends an answer
     progress: Callable[[str], None]   # a line a part, with the time since the start
     header: results.RunHeader         # model, dtype, threads: what the record says ran
-
-    @property
-    def threads(self) -> int:
-        return self.header.threads
 
 
 def start(args: argparse.Namespace) -> Start:

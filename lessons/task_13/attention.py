@@ -135,13 +135,12 @@ def vllm_sweep(model_path: str, dtype: torch.dtype, batches: list[int],
 
 def main() -> None:
     """vLLM's side, in a process of its own (vLLM's kernels load with vLLM), so that part 3's
-    processes measure vLLM's memory alone: prints the sweep as one JSON line.
+    processes measure vLLM's memory alone: answers the sweep (measure.answer).
 
         python -m lessons.task_13.attention --model PATH --dtype D --batches 1,16
             --contexts 128,256,512,1024
     """
     import argparse
-    import json
 
     from common import settings
 
@@ -155,7 +154,7 @@ def main() -> None:
     torch.set_num_threads(settings.num_cores())
     batches, contexts = ([int(n) for n in text.split(",")] for text in (args.batches,
                                                                          args.contexts))
-    print(json.dumps(vllm_sweep(args.model, getattr(torch, args.dtype), batches, contexts)))
+    measure.answer(vllm_sweep(args.model, getattr(torch, args.dtype), batches, contexts))
 
 
 if __name__ == "__main__":

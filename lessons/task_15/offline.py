@@ -13,16 +13,15 @@ at once, EOS held off, sampled as they are (temperature 0.7).
 After one untimed run, the user counts take turns, --passes times; each pass runs the requests
 twice, for one token (its time: the first token's, the prompts' prefill) and for all of them,
 so the step that makes each later token is their difference over the tokens after the first.
-Prints one JSON line: {"startup_s": s, "tokens_per_s": {"1": [a pass each], "20": [...]},
-"first_token_s": {...}, "step_s": {...}}.
+Answers once (common/measure.py: answer): {"startup_s": s, "tokens_per_s": {"1": [a pass
+each], "20": [...]}, "first_token_s": {...}, "step_s": {...}}.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
-from common import load, settings
+from common import load, measure, settings
 from lessons.task_15.servers import Settings, transformers_blocks
 
 
@@ -112,7 +111,7 @@ def main() -> None:
             found["tokens_per_s"][str(n)].append(num_tokens / all_s)
             found["first_token_s"][str(n)].append(first_s)
             found["step_s"][str(n)].append((all_s - first_s) / max(1, args.tokens - 1))
-    print(json.dumps({"startup_s": startup_s, **found}), flush=True)
+    measure.answer({"startup_s": startup_s, **found})
 
 
 if __name__ == "__main__":

@@ -154,9 +154,8 @@ def print_kv_bytes(model, figures: KVBytes) -> None:
     bpt = model_kv.bytes_per_token
     report.section(f"IN BYTES: the model in {model_kv.dtype}")
     report.row("Model", model.name)
-    with report.detail():          # where the model came from: the report page, or --detail
-        report.row("  from", model.source)
-        report.row("  path", model.path)
+    report.row("  from", model.source)         # what ran, as every report says it
+    report.row("  path", model.path)
     report.row("KV bytes per token", f"{bpt:,} B")
     report.note(f"= {model_kv.formula()}", indent=2)
     for label, num_slots in figures.slots:

@@ -25,8 +25,8 @@ import os
 from pathlib import Path
 
 import lab
-import summary
 from common import report, results, server, steps
+from lessons.summary import report as printed
 from tests.helpers import REPO, assert_fits, processes_on_port, run_script, saved_result
 
 
@@ -110,7 +110,7 @@ def test_quick_gives_each_step_its_small_workload(whole_lab):
 def test_every_step_stays_in_the_memory_budget(whole_lab):
     ran = [s for part in whole_lab for s in part.saved("lab_run")["steps"]]
     for step in ran:
-        assert 0 < step["peak_memory_bytes"] < summary.MEMORY_BUDGET_BYTES, step
+        assert 0 < step["peak_memory_bytes"] < printed.MEMORY_BUDGET_BYTES, step
     # the steps that talk to the lab's server (tasks 5-8): the script + the server's 3
     # processes: the API server, its engine core holding the worker
     # (VLLM_ENABLE_V1_MULTIPROCESSING=0) and multiprocessing's resource tracker

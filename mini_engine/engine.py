@@ -94,7 +94,7 @@ class LLMEngine:
     def kernels_used(self) -> dict[str, str]:
         """What this engine runs, part by part, for a report."""
         torch_pool = self.quantized_pool is kv_quant.QuantizedPool
-        return {"attention": "C, pages in place" if self.in_place else "torch, gathered + SDPA",
+        return {"attention": "C, blocks in place" if self.in_place else "torch, gathered + SDPA",
                 "products": self.products.name if self.products else "F.linear",
                 "8-bit cache": ("-" if self.config.kv_cache_dtype == "auto" else
                                 "torch" if torch_pool else "C"),

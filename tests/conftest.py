@@ -6,6 +6,7 @@ Records built by hand: tests/hand/."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -146,6 +147,10 @@ def pytest_configure(config):
     cores = sorted(os.sched_getaffinity(0))
     if worker and len(cores) >= count:
         os.sched_setaffinity(0, cores[int(worker.removeprefix("gw"))::count])
+    # A background job of a non-interactive shell starts with SIGINT ignored and hands that to
+    # every child, so the Ctrl-C tests' scripts would never see their Ctrl-C. A handler here (a
+    # handler, unlike an ignore, is not inherited across exec) gives each child the default.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -53,8 +53,7 @@ def print_kernels(r: CompiledStep) -> None:
     with report.detail():
         report.row("Tokens/s", f"torch {r.torch.tokens_per_s:.1f}, C {r.eager.tokens_per_s:.1f} "
                    f"({fmt.times(r.eager.tokens_per_s / r.torch.tokens_per_s)})")
-        # mini_engine's own words say "pages" (LLMEngine.kernels_used); the lab says "blocks"
-        report.note("C: " + "; ".join(f"{part} {way.replace('pages', 'blocks')}"
+        report.note("C: " + "; ".join(f"{part} {way}"
                                       for part, way in r.eager.kernels.items() if way != "-")
                     + ". Part 4 has attention at longer contexts.")
         if r.eager.products_ms:

@@ -229,7 +229,7 @@ def test_task_9_end_to_end_on_the_tiny_model(tiny_model):
                for label, p in run.policies.items())
     # what the engine ran (--kernels c, the default): this machine builds the C, and the tiny
     # model's heads are within paged_attention.c's limits; no 8-bit cache, no compile
-    assert run.kernels == {"attention": "C, pages in place", "products": run.kernels["products"],
+    assert run.kernels == {"attention": "C, blocks in place", "products": run.kernels["products"],
                            "8-bit cache": "-", "forward": "eager"}
     assert run.kernels["products"] in ("F.linear", "matmul.c", "oneDNN packed")
     assert task_9_record.summary_row(run).startswith("8/8 = HF, ")
@@ -296,7 +296,7 @@ def test_the_kernels_make_the_torch_ways_tokens(tiny):
     assert outputs["c"] == outputs["torch"]
     assert used["torch"] == {"attention": "torch, gathered + SDPA", "products": "F.linear",
                              "8-bit cache": "-", "forward": "eager"}
-    assert used["c"]["attention"] == "C, pages in place"     # this machine has a C compiler
+    assert used["c"]["attention"] == "C, blocks in place"     # this machine has a C compiler
     assert used["c"]["products"] in ("F.linear", "matmul.c", "oneDNN packed")
 
 

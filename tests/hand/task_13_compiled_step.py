@@ -17,7 +17,7 @@ SUMMARY_ROW = "mini_engine 1.10x, vLLM 1.30x (+0.15 GB)"
 # the packed product kept: PRODUCTS_MS); compiled, the same C in the graph
 TORCH_KERNELS = {"attention": "torch, gathered + SDPA", "products": "F.linear",
                  "8-bit cache": "-", "forward": "eager"}
-C_KERNELS = {"attention": "C, pages in place", "products": "matmul.c", "8-bit cache": "-",
+C_KERNELS = {"attention": "C, blocks in place", "products": "matmul.c", "8-bit cache": "-",
              "forward": "eager"}
 # ms of a pass over every product of the model at batch 1 and 16, timed when the engine chose:
 # summed, F.linear 47.0, matmul.c 36.0, oneDNN packed 36.5: matmul.c kept

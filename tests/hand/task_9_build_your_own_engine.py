@@ -42,7 +42,7 @@ def hand_phases(matmul_s: float, num_steps: int) -> Phases:
 
 # what the engine ran (LLMEngine.kernels_used) with --kernels c on an AMX Xeon: every part in C
 # where it builds, no 8-bit cache (the model's dtype), the forward eager
-KERNELS = {"attention": "C, pages in place", "products": "oneDNN packed", "8-bit cache": "-",
+KERNELS = {"attention": "C, blocks in place", "products": "oneDNN packed", "8-bit cache": "-",
            "forward": "eager"}
 
 

@@ -306,7 +306,7 @@ def test_task_13_on_the_tiny_model(tiny_model, capsys):
     assert record.torch.kernels == {"attention": "torch, gathered + SDPA", "products": "F.linear",
                                     "8-bit cache": "-", "forward": "eager"}
     assert record.torch.products_ms == {} and record.torch.num_graphs == 0
-    assert record.eager.kernels["attention"] == "C, pages in place"   # a C compiler here
+    assert record.eager.kernels["attention"] == "C, blocks in place"   # a C compiler here
     assert record.compiled.kernels == record.eager.kernels | {"forward": "compiled"}
     # F.linear and each way that works, at batch 1 and the cap; the kept one the least summed
     ms = record.eager.products_ms

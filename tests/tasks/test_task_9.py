@@ -282,7 +282,7 @@ def test_the_kernels_line_names_what_the_engine_ran(capsys):
     """Part 3's line of the engine's kernels: each part as it ran, the 8-bit cache left out
     where there was none ("-"); a library named the first time with its few words, bare after."""
     task_9_profile.print_kernels(KERNELS)
-    assert_says(printed(capsys), "attention C, pages in place",
+    assert_says(printed(capsys), "attention C, blocks in place",
                 f"products oneDNN ({report.TERMS['oneDNN']}) packed", "forward eager",
                 not_branch="8-bit cache")
     task_9_profile.print_kernels(KERNELS)
@@ -336,7 +336,7 @@ def test_the_report_prints_every_part_from_the_record(capsys):
     assert "contiguous = rows x 8 blocks (128 tokens)" in out
     assert "Weights 538 MB at 20.0 GB/s (measured now)" in out
     assert "through F.linear, unfused: the kernel floor. Engine's" in out   # not beaten: no except
-    assert ("Engine's kernels (--kernels): attention C, pages in place; products oneDNN ("
+    assert ("Engine's kernels (--kernels): attention C, blocks in place; products oneDNN ("
             f"{report.TERMS['oneDNN']}) packed; forward eager") in out
     # the tokens/s of each policy's median pass, the range of its passes under it
     assert "Tokens/s 40.0 44.0 66.2 lowest-highest pass 38.0-42.0 41.8-46.2 60.0-70.0" in out

@@ -66,30 +66,34 @@ class Twins:
     def agree(self) -> bool:
         return bool(self.a and self.b) and measure.within(self.a, self.b)
 
-    def verdict(self) -> str:
-        tolerance = f"{measure.AGREE_WITHIN:.0%}"
+    def verdict(self, short: bool = False) -> str:
+        """'they agree (within the lab's 10%)'; short, where the tolerance is said once above
+        (the summary): 'they agree'."""
+        tolerance = "" if short else f" (over the lab's {measure.AGREE_WITHIN:.0%})"
         if self.agree:
-            return f"they agree (within the lab's {tolerance})"
+            return "they agree" if short else \
+                f"they agree (within the lab's {measure.AGREE_WITHIN:.0%})"
         apart = max(self.ratio, 1 / self.ratio) if self.a and self.b else float("inf")
-        return f"they DISAGREE, {apart:.2f}x apart (over the lab's {tolerance})"
+        return f"they DISAGREE, {apart:.2f}x apart{tolerance}"
 
 
 def twins(a: float | measure.Spread, b: float | measure.Spread, unit: str = "",
-          digits: int = 1) -> str:
+          digits: int = 1, short: bool = False) -> str:
     """'46.6 against 38.6 tok/s: they DISAGREE, 1.21x apart (over the lab's 10%)': two figures
     of one quantity (a Spread says its median), compared by their medians."""
     a_value = a.median if isinstance(a, measure.Spread) else a
     b_value = b.median if isinstance(b, measure.Spread) else b
     unit = f" {unit}" if unit else ""
     return (f"{a_value:,.{digits}f} against {b_value:,.{digits}f}{unit}: "
-            + Twins(a_value, b_value).verdict())
+            + Twins(a_value, b_value).verdict(short))
 
 
-def alike(figures: list[float | measure.Spread], unit: str = "", digits: int = 1) -> str:
+def alike(figures: list[float | measure.Spread], unit: str = "", digits: int = 1,
+          short: bool = False) -> str:
     """Three or more figures of one quantity: '36.7, 45.9 and 60.4 tok/s: they DISAGREE, 1.65x
     apart (over the lab's 10%)', the verdict of the slowest against the fastest."""
     values = [f.median if isinstance(f, measure.Spread) else f for f in figures]
     said = [f"{v:,.{digits}f}" for v in values]
     unit = f" {unit}" if unit else ""
     listed = ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 else said[0]
-    return f"{listed}{unit}: " + Twins(max(values), min(values)).verdict()
+    return f"{listed}{unit}: " + Twins(max(values), min(values)).verdict(short)

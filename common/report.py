@@ -144,7 +144,7 @@ def detail() -> Iterator[None]:
 def detail_hint() -> None:
     """The report's last line where it left detail out."""
     if not _show_detail:
-        note("More of this run (each pass, each request): --detail, or the report page.")
+        note("More (each pass, each request): --detail, or the report page.")
 
 
 # --- a term, said in a few words where the run first uses it ----------------------------------

@@ -48,14 +48,13 @@ def print_table(res: dict[str, results.Result], stale: dict[str, str]
                 ) -> list[steps.SummaryRow]:
     report.section("WHAT EACH STEP SHOWED (source, section 10)")
     rows = steps.table_rows(res, stale)
-    cells = []
-    for r in rows:   # this run's figure, and under it the source's where it has one
-        cells.append((r.step, r.what, r.figure))
-        if r.source != "-":
-            cells.append(("", "", f"(source: {r.source})"))
-    report.table(["Step", "What it showed", "Measured"], cells, widths=[5, 26, 34],
+    # this run's figure, the source's after it in square brackets where it has one (as the
+    # README's reference table gives it)
+    cells = [(r.step, r.what, r.figure + (f" [{r.source}]" if r.source != "-" else ""))
+             for r in rows]
+    report.table(["", "What it showed", "Measured [source]"], cells, widths=[3, 26, 36],
                  align_left=(0, 1, 2))
-    report.note("Source: the study note's own figures (SmolLM-135M on a 2-core, 4 GB VM).")
+    report.note("[source]: the study note's figures (SmolLM-135M, 2 cores, 4 GB).")
     for line in stale.values():
         report.note(f"NOTE: {line}")
     return rows
@@ -72,10 +71,9 @@ def twins(res: dict[str, results.Result]) -> list[str]:
     lines = []
     alone = six.alone if six else None
     if alone and alone.sequential:
-        lines.append(f"One request alone through vLLM's server, task 6's 1-user level and its "
-                     f"requests one after another: "
-                     f"{fmt.twins(alone.level, alone.sequential, 'tok/s')}. Its scaling "
-                     f"factor divides by {alone.used}.")
+        lines.append(f"One request alone, task 6's 1-user level and its requests one after "
+                     f"another: {fmt.twins(alone.level, alone.sequential, 'tok/s', short=True)}; "
+                     f"its scaling divides by {alone.used}.")
     offline = [(f"task {n}", s) for n, s in (
         ("2", two.tokens_per_s_spread if two else None),
         ("13", thirteen.vllm["eager"].one_tokens_per_s
@@ -83,26 +81,22 @@ def twins(res: dict[str, results.Result]) -> list[str]:
         ("15", vllm_15.offline_at(1) if vllm_15 else None)) if s]
     if len(offline) >= 2:
         lines.append(f"One request to vLLM offline, {' / '.join(n for n, _ in offline)}: "
-                     f"{fmt.alike([s for _, s in offline], 'tok/s')}.")
+                     f"{fmt.alike([s for _, s in offline], 'tok/s', short=True)}.")
     for users in (1, 20):
         ours = six_spread(six, users)
         theirs = vllm_15.spread(users) if vllm_15 else None
         if ours and theirs:
             lines.append(f"{users} user{'s' * (users > 1)} through vLLM's server, task 6 and "
-                         f"task 15: {fmt.twins(ours, theirs, 'tok/s')}.")
+                         f"task 15: {fmt.twins(ours, theirs, 'tok/s', short=True)}.")
     config_a = seven.configs[0] if seven and seven.configs else None
     ours = six_spread(six, config_a.level.num_users) if config_a else None
     if ours and config_a.spread:
-        lines.append(f"{config_a.level.num_users} users through vLLM's server with the lab's "
-                     f"settings, task 6 and task 7's config A: "
-                     f"{fmt.twins(ours, config_a.spread, 'tok/s')}.")
+        lines.append(f"{config_a.level.num_users} users through vLLM's server, task 6 and task "
+                     f"7's config A: {fmt.twins(ours, config_a.spread, 'tok/s', short=True)}.")
     ratio_9 = nine.engine_over_vllm_spread if nine else None
     ratio_13 = thirteen.over_vllm("eager") if thirteen else None
     if ratio_9 and ratio_13:
         lines.append(mini_over_vllm(nine, thirteen, ratio_9, ratio_13))
-    door = front_door(vllm_15, min(fifteen.users)) if vllm_15 else None
-    if door:
-        lines.append(door)
     return lines
 
 
@@ -119,13 +113,13 @@ def mini_over_vllm(nine, thirteen, ratio_9, ratio_13: float) -> str:
     disagree, which engine's own tokens/s moved between the two."""
     same = fmt.Twins(ratio_9.median, ratio_13)
     line = (f"mini_engine over vLLM eager on task 9's workload, task 9 and task 13: "
-            f"{ratio_9.median:.2f}x against {ratio_13:.2f}x: {same.verdict()}.")
+            f"{ratio_9.median:.2f}x against {ratio_13:.2f}x: {same.verdict(short=True)}.")
     if same.agree:
         return line
     eager = thirteen.vllm["eager"]
-    mini = fmt.twins(nine.best.tokens_per_s, eager.mini_tokens_per_s, "tok/s")
-    vllm = fmt.twins(nine.vllm.tokens_per_s, eager.workload_tokens_per_s, "tok/s")
-    return line + f" mini_engine made {mini}; vLLM made {vllm}. The table's row is task 9's."
+    mini = fmt.twins(nine.best.tokens_per_s, eager.mini_tokens_per_s, short=True)
+    vllm = fmt.twins(nine.vllm.tokens_per_s, eager.workload_tokens_per_s, short=True)
+    return line + f" mini_engine made {mini}; vLLM {vllm}. The table's row is task 9's."
 
 
 def front_door(run, num_users: int) -> str | None:
@@ -149,9 +143,15 @@ def print_twins(res: dict[str, results.Result], summary: Summary) -> None:
     if summary.cross_checks:
         report.section("THE SAME THING, MEASURED TWICE IN THIS RUN")
         report.note(f"Two figures of one quantity agree when their medians are within "
-                    f"{fmt.pct(measure.AGREE_WITHIN)} of each other.")
+                    f"{fmt.pct(measure.AGREE_WITHIN)} of each other (tok/s).")
         for line in summary.cross_checks:
             report.note(f"- {line}", hang=2)
+    fifteen = res.get("task_15_serve_your_engine")
+    run = fifteen.server("vLLM") if fifteen else None
+    door = front_door(run, min(fifteen.users)) if run else None
+    if door:                 # two ways, not twins: task 15's own report weighs it
+        with report.detail():
+            report.note(f"- {door}", hang=2)
 
 
 # --- the roofline -------------------------------------------------------------------------------
@@ -161,13 +161,13 @@ def print_roofline(r: rl.Placement, measured: str) -> None:
     sizes = r.matmul_n or {}
     gflops = [f"{g:,.0f}" if g >= 100 else f"{g:.2g}"   # 0.3 where bf16 is not native
               for g in (r.matmul_gflop_s["float32"], r.matmul_gflop_s["bfloat16"])]
-    report.row("Matmul fp32 / bf16 (GFLOP/s)", f"{gflops[0]} / {gflops[1]}")
-    report.row("1-request ceiling (tok/s)", f"{r.bandwidth_ceiling_tok_s:,.1f} = bandwidth / "
-               f"bytes per token")
-    report.row("Compute ceiling (tok/s)", f"{r.compute_ceiling_tok_s:,.0f} = {r.dtype} "
-               f"matmul / FLOPs per token")
+    report.row("1-request ceiling (tok/s)", f"{r.bandwidth_ceiling_tok_s:,.1f} (bandwidth / "
+               f"bytes)")
+    report.row("Compute ceiling (tok/s)", f"{r.compute_ceiling_tok_s:,.0f} ({r.dtype} matmul / "
+               f"FLOPs)")
     report.row("Machine figures", measured)
     with report.detail():
+        report.row("Matmul fp32 / bf16 (GFLOP/s)", f"{gflops[0]} / {gflops[1]}")
         report.paragraph("(the roofline model of Williams, Waterman & Patterson, 2009: speed <= "
                          "min(peak compute, bandwidth x FLOPs per byte))")
         report.row("Bandwidth measured", f"sum of a {machine.BANDWIDTH_MIB} MiB tensor, "
@@ -183,18 +183,8 @@ def print_roofline(r: rl.Placement, measured: str) -> None:
         report.row("FLOPs per token (MFLOP)", f"{r.flops_per_token / 1e6:,.1f} (2 per weight, "
                    f"+ attention)")
         report.row("Bounds cross at (requests)", f"{r.ridge_batch:.0f} in one batch")
-    for p in r.placed.values():
-        if not p.is_batch:
-            report.row(f"  {p.label}", f"{p.tokens_per_s:.1f} tok/s = "
-                                       f"{p.pct_of_bandwidth_ceiling:.0f}% of the bandwidth ceiling")
-        else:
-            report.row(f"  {p.label}", f"{p.tokens_per_s:.1f} tok/s = "
-                                       f"{p.pct_of_compute_ceiling:.1f}% of the compute ceiling")
-            with report.detail():
-                at = p.roofline_at_users
-                report.note(f"(the roofline at {p.users} requests is {at.tokens_per_s:,.0f} "
-                            f"tok/s, {at.bound}-bound; measured = "
-                            f"{p.pct_of_roofline_at_users:.0f}% of it)", indent=4)
+    with report.detail():
+        print_placed(r)
     above = [p.label for p in r.placed.values() if p.pct_of_its_ceiling > 100]
     if above:
         report.paragraph(f"NOTE: {', '.join(above)} ran above its ceiling: the engine's kernels "
@@ -203,6 +193,22 @@ def print_roofline(r: rl.Placement, measured: str) -> None:
     report.paragraph(roofline_text(r))
     with report.detail():
         print_rungs(r)
+
+
+def print_placed(r: rl.Placement) -> None:
+    """Each measured step against its ceiling: one request against the bandwidth's, a batch
+    against the compute's and against the roofline at its size."""
+    for p in r.placed.values():
+        if not p.is_batch:
+            report.row(f"  {p.label}", f"{p.tokens_per_s:.1f} tok/s = "
+                                       f"{p.pct_of_bandwidth_ceiling:.0f}% of the bandwidth ceiling")
+            continue
+        at = p.roofline_at_users
+        report.row(f"  {p.label}", f"{p.tokens_per_s:.1f} tok/s = "
+                                   f"{p.pct_of_compute_ceiling:.1f}% of the compute ceiling")
+        report.note(f"(the roofline at {p.users} requests is {at.tokens_per_s:,.0f} tok/s, "
+                    f"{at.bound}-bound; measured = {p.pct_of_roofline_at_users:.0f}% of it)",
+                    indent=4)
 
 
 def roofline_text(r: rl.Placement) -> str:
@@ -318,9 +324,9 @@ def print_server_split(r: rl.Placement) -> None:
 
 # --- time and memory of the last `make lab` ---------------------------------------------------
 def print_lab_run(run: results.LabRun) -> None:
-    how = "`python lab.py --quick`" if run.quick else "`make lab`"
-    report.section(f"LAST {how} ({run.measured_at[:16].replace('T', ' ')})")
+    how = "lab.py --quick" if run.quick else "make lab"
     with report.detail():
+        report.section(f"LAST {how.upper()} ({run.measured_at[:16].replace('T', ' ')})")
         report.table(["Step", "Time (s)", "Peak mem (GB)", "Processes"],
                      [(s.script, f"{s.seconds:.1f}", f"{s.peak_memory_bytes / GB:.2f}"
                        + (" OVER" if s.peak_memory_bytes > MEMORY_BUDGET_BYTES else ""),
@@ -330,14 +336,16 @@ def print_lab_run(run: results.LabRun) -> None:
                          "the lab's vLLM server, sampled while each step ran (every "
                          f"{memory.SAMPLE_INTERVAL_S:g} s; PSS read when the RSS rose "
                          f"{memory.RSS_STEP_BYTES >> 20} MiB, and every {memory.PSS_EVERY_S:g} s).")
-    report.row("Total time (min)", f"{run.total_seconds / 60:.1f}"
+    print()
+    report.row(f"Last {how} (min)", f"{run.total_seconds / 60:.1f}"
                + (" (--quick: small workloads)" if run.quick else ""))
     if run.steps:
         worst = max(run.steps, key=lambda s: s.peak_memory_bytes)
-        over = [s.script for s in run.steps if s.peak_memory_bytes > MEMORY_BUDGET_BYTES]
+        over = [s.script.removesuffix(".py") for s in run.steps
+                if s.peak_memory_bytes > MEMORY_BUDGET_BYTES]
         report.row("Largest peak memory (GB)", f"{worst.peak_memory_bytes / GB:.2f} "
-                   f"({worst.script}); budget {MEMORY_BUDGET_BYTES / GB:.1f}"
-                   + (f", OVER in {', '.join(over)}" if over else ""))
+                   f"({worst.script.removesuffix('.py')}); budget "
+                   f"{MEMORY_BUDGET_BYTES / GB:.1f}" + (f", OVER in {', '.join(over)}" if over else ""))
 
 
 # --- the KEY INSIGHT ----------------------------------------------------------------------------
@@ -352,9 +360,8 @@ def insights(res: dict[str, results.Result]) -> list[str]:
         "task_9_build_your_own_engine", "task_15_serve_your_engine"))
     lines = []
     if two:
-        lines.append(f"For one request, vLLM made {two.speedup:.1f}x HuggingFace's tokens/s "
-                     f"(task 2; the source found 1.1x). One request gives an engine nothing to "
-                     f"batch.")
+        lines.append(f"One request: vLLM made {two.speedup:.1f}x HuggingFace's tokens/s (task 2; "
+                     f"the source found 1.1x), with nothing to batch.")
     if six and six.scaling_factor:
         lines.extend(batching(six, fifteen))
     if fifteen:
@@ -367,19 +374,18 @@ def insights(res: dict[str, results.Result]) -> list[str]:
 def batching(six, fifteen) -> list[str]:
     """What batching bought vLLM's server (task 6), and transformers' own server (task 15)."""
     top = max(six.levels, key=lambda lv: lv.tokens_per_s).num_users
-    line = (f"With {top} users at once, vLLM's server made {six.scaling_factor:.1f}x the "
-            f"tokens/s of one request alone (task 6; the source found 12.6x).")
+    line = (f"{top} users at once: vLLM's server made {six.scaling_factor:.1f}x one request's "
+            f"tokens/s (task 6; the source found 12.6x).")
     theirs = fifteen.server("transformers") if fifteen else None
     one, many = (theirs.spread(n) if theirs else None for n in (1, top))
     if not (one and many and one.median):
         return [line]
     scale = many.median / one.median
     if scale >= MOST_OF * six.scaling_factor:
-        return [line + f" transformers' own server, which batches too, scaled {scale:.1f}x "
-                       f"from 1 to {top} users (task 15): most of that gain is batching, which "
-                       f"any batching server gives."]
-    return [line + f" transformers' own server, which batches too, scaled only {scale:.1f}x "
-                   f"from 1 to {top} users (task 15): vLLM's gain is more than batching alone."]
+        return [line + f" transformers' server scaled {scale:.1f}x (task 15): most of the gain "
+                       f"is batching, which any batching server gives."]
+    return [line + f" transformers' server scaled only {scale:.1f}x (task 15): vLLM's gain is "
+                   f"more than batching alone."]
 
 
 def engine_beside_transformers(fifteen) -> list[str]:
@@ -392,26 +398,25 @@ def engine_beside_transformers(fifteen) -> list[str]:
     if not (a and b and b.median):
         return []
     if a.overlaps(b):
-        return [f"At {n} users, vLLM's server made {a.median:.0f} tok/s and transformers' "
+        return [f"At {n} users vLLM's server made {a.median:.0f} tok/s, transformers' "
                 f"{b.median:.0f} (task 15): their passes overlap, so nothing here tells vLLM's "
-                f"engine from transformers' at that load."]
-    return [f"At {n} users, vLLM's server made {a.median:.0f} tok/s and transformers' "
-            f"{b.median:.0f} (task 15): {a.median / b.median:.2f}x. That ratio, not the "
-            f"scaling above, is what vLLM's engine adds beside a server that also batches."]
+                f"engine from transformers'."]
+    return [f"At {n} users vLLM's server made {a.median:.0f} tok/s, transformers' "
+            f"{b.median:.0f} (task 15): {a.median / b.median:.2f}x, what vLLM's engine adds "
+            f"beside a server that also batches."]
 
 
 def paging(four, nine) -> str:
     """What blocks fit in the same memory (task 4), and whether memory capped this run's batch
     (task 9's busiest step against its pool)."""
-    line = (f"In the same KV memory, blocks fit {four.users_paged} of task 3's requests where "
-            f"reservations at full length fit {four.users_contiguous} (task 4).")
+    line = (f"Blocks fit {four.users_paged} of task 3's requests where full-length "
+            f"reservations fit {four.users_contiguous} (task 4).")
     cont = nine.policies.get("continuous") if nine else None
     pool = nine.vllm.num_blocks if nine and nine.vllm else None
     if not (cont and pool):
         return line
     if cont.peak_num_pages >= MEMORY_BINDS_AT * pool:
-        return line + (f" In task 9 the busiest step held {cont.peak_num_pages} of {pool} "
+        return line + (f" Task 9's busiest step held {cont.peak_num_pages} of {pool} "
                        f"blocks: memory capped that batch, and blocks are what fit more in.")
-    return line + (f" In task 9 the busiest step held only {cont.peak_num_pages} of {pool} "
-                   f"blocks: the batch cap, not memory, limited this run's batches, so paging's "
-                   f"room shows where memory binds (task 14).")
+    return line + (f" Task 9's busiest step held only {cont.peak_num_pages} of {pool}: the "
+                   f"batch cap, not memory, limited this run.")

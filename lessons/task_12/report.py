@@ -311,10 +311,8 @@ def chat_line(res: SpeculativeDecoding) -> str:
     one, many = (res.engine_speedup_spread("chat", c, k) for c in (False, True))
     ratios = f"{fmt.times_range(one)} one at a time, {fmt.times_range(many)} {n} at once"
     if "gain" not in (outcome(one), outcome(many)):
-        return (f"Chat, whose answer is not in its prompt, gained nothing: {accepted} of the "
-                f"guesses accepted; {ratios}.")
-    return (f"Chat, whose answer is not in its prompt: {accepted} of the guesses accepted; "
-            f"{ratios}.")
+        return f"Chat gained nothing: {accepted} of its guesses were kept; {ratios}."
+    return f"Chat: {accepted} of its guesses were kept; {ratios}."
 
 
 def vllm_line(res: SpeculativeDecoding) -> list[str]:

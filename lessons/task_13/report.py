@@ -200,10 +200,10 @@ def print_attention(r: CompiledStep) -> None:
 def moved_text(e, c) -> str:
     """The parts that run the same C kernels eager and compiled (the matmuls, attention) whose
     time moved beyond the lab's tolerance (measure.AGREE_WITHIN): 'attention 3.8 -> 2.5 ms'."""
-    moved = [(name, a, b) for name, a, b in (("the matmuls", e.matmul_s, c.matmul_s),
+    moved = [(name, a, b) for name, a, b in (("matmuls", e.matmul_s, c.matmul_s),
                                              ("attention", e.attention_s, c.attention_s))
              if not measure.within(a, b)]
-    return " and ".join(f"{name} {fmt.ms(a)} -> {fmt.ms(b)} ms" for name, a, b in moved)
+    return ", ".join(f"{name} {fmt.ms(a)} -> {fmt.ms(b)} ms" for name, a, b in moved)
 
 
 def engine_line(r: CompiledStep) -> str:
@@ -216,18 +216,18 @@ def engine_line(r: CompiledStep) -> str:
     cut = round(1000 * c.forward_other_s, 1) < round(1000 * e.forward_other_s, 1)  # as printed
     moved = moved_text(e, c)
     if cut and not moved:
-        return (f"Compiling took mini_engine's step at {cap} from {before} to {after} ms, all in "
+        return (f"Compiled, mini_engine's step at {cap} went {before} -> {after} ms, all in "
                 f"the fused rest of the forward ({rest}): the C kernels, the same either way, "
                 "kept their time.")
     if cut:
-        return (f"Compiling took mini_engine's step at {cap} from {before} to {after} ms: the "
+        return (f"Compiled, mini_engine's step at {cap} went {before} -> {after} ms: the "
                 f"fused rest of the forward {rest}, and the same C kernels moved too ({moved}).")
     if not moved:
-        return (f"Compiling took mini_engine's step at {cap} from {before} to {after} ms, though "
+        return (f"Compiled, mini_engine's step at {cap} went {before} -> {after} ms, though "
                 f"the rest of the forward did not shorten ({rest}) and the C kernels kept their "
                 "time.")
-    return (f"Compiling took mini_engine's step at {cap} from {before} to {after} ms; the rest of "
-            f"the forward did not shorten ({rest}), and the same C kernels moved ({moved}).")
+    return (f"Compiled, mini_engine's step at {cap} went {before} -> {after} ms: the rest "
+            f"of the forward did not shorten ({rest}); C kernels moved ({moved}).")
 
 
 def kernels_line(r: CompiledStep) -> str:
@@ -256,11 +256,11 @@ def vllm_line(r: CompiledStep) -> str:
                 f"({100 * gain:+.0f}% tokens/s, {100 * share:+.0f}% of a 4 GB VM).")
     if gain > share:
         return (f"vLLM compiled made {speed} eager's tokens/s for {mem:+.2f} GB and {start:+.0f} "
-                f"s of start-up: eager saved {fmt.pct(share)} of a 4 GB VM for "
-                f"{fmt.pct(gain)} of the speed, the wrong trade here.")
+                f"s of start-up: eager saved {fmt.pct(share)} of a 4 GB VM and gave up "
+                f"{fmt.pct(gain)} more tokens/s, the wrong trade here.")
     return (f"vLLM compiled made {speed} eager's tokens/s for {mem:+.2f} GB and {start:+.0f} s "
-            f"of start-up: eager saved {fmt.pct(share)} of a 4 GB VM for {fmt.pct(gain)} of the "
-            "speed, the right trade here.")
+            f"of start-up: eager saved {fmt.pct(share)} of a 4 GB VM and gave up {fmt.pct(gain)} "
+            "more tokens/s, the right trade here.")
 
 
 def workload_line(r: CompiledStep) -> str | None:

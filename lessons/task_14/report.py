@@ -135,11 +135,8 @@ def change_sentence(fine: Quality, coarse: Quality) -> str:
     if not gap.is_told_apart:
         return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
                 f"layer: not told apart ({margin_text(gap)}).")
-    if gap.mean < 0:
-        return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
-                "layer: less.")
     return (f"In mini_engine, log p moved {a} a token with a scale per token, {b} with one a "
-            "layer: more.")
+            "layer: told apart.")
 
 
 def answers_sentence(fine: Quality, coarse: Quality, n: int) -> str:

@@ -259,7 +259,7 @@ def test_the_report_from_the_record(capsys):
     assert "53 with the cache, 128 without" in text
     # vLLM's word, block, for the KV unit ("page" only in the line that names the report page)
     assert " page" not in text.lower().replace("the report page", "")
-    assert f"TTFT ({report.TERMS['TTFT']})" in text and "More of this run" in text
+    assert f"TTFT ({report.TERMS['TTFT']})" in text and "More (each pass, each request)" in text
     assert "TTFT, 95th" not in text and "Each run is the median pass" not in text   # --detail
     for header in ("Chat workload", "Control (no block shared)", "Streamed, all at once"):
         line = next(line for line in lines if line.startswith(header))

@@ -146,13 +146,13 @@ def test_the_finer_scale_told_apart_when_every_token_says_so():
     with_changes(fine, [0.103, -0.123] * 32, 18.90)
     with_changes(coarse, [0.135, -0.155] * 32, 18.90)
     assert_says(task_14_report.scale_line(record), "0.113", "0.145",
-                branch="with one a layer: less.",
-                not_branch=("layer: more.", "not told apart (", "no per-token"))
+                branch="with one a layer: told apart.",
+                not_branch=("not told apart (", "no per-token"))
     assert "-0.032 +/- 0.000" in margin_row(record)           # the margin: in the detail
     fine.logprob_changes, coarse.logprob_changes = coarse.logprob_changes, fine.logprob_changes
     fine.mean_abs_logprob_change, coarse.mean_abs_logprob_change = 0.145, 0.113
     assert_says(task_14_report.scale_line(record), "0.145", "0.113",
-                branch="with one a layer: more.", not_branch=("layer: less.", "not told apart ("))
+                branch="with one a layer: told apart.", not_branch="not told apart (")
     assert "+0.032 +/- 0.000" in margin_row(record)
 
 
@@ -170,7 +170,7 @@ def test_the_finer_scale_not_told_apart_within_the_passages_spread():
     line = task_14_report.scale_line(record)
     assert_says(line, "0.113", "0.145", "-0.032 +/- 0.065", "2 and 2 of 8",
                 branch=("not told apart (", "8, not told apart."),
-                not_branch=("layer: less", "layer: more", "beyond chance"))
+                not_branch=("layer: told apart", "beyond chance"))
     # the stuck answers: a row of part 2, each engine and format (the model dtype's too)
     assert task_14_report.stuck_text(record) == "mini fp8 token 1, mini fp8_e5m2 layer 1"
     fine.num_stuck = 0

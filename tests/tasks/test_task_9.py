@@ -347,7 +347,7 @@ def test_the_report_prints_every_part_from_the_record(capsys):
     # behind --detail: each request's latency, vLLM's settings, the prompts' lengths
     assert "Latency mean" not in out and "vLLM ran:" not in out and "Prompt lengths" not in out
     assert "At batch 2 its matmuls" not in out
-    assert "More of this run" in out
+    assert "More (each pass, each request)" in out
     # the median round (1.654x) split: 44 / 40 = 1.10x, then 66.16 / 44 = 1.50x
     lines = task_9_report.insights(hand_result())
     assert lines == [
@@ -392,7 +392,7 @@ def test_the_report_keeps_its_limits(capsys):
     assert ("At batch 2 its matmuls (oneDNN packed) took 80.0 ms a step inside the engine; the "
             "kernel floor through F.linear took 72.0 ms, 8.0 ms less.") in text
     assert "vLLM ran: in this process, block size 16, 364 blocks, max_num_seqs 2" in text
-    assert "More of this run" not in text
+    assert "More (each pass, each request)" not in text
     hand.correctness.num_identical = 7
     hand.correctness.mismatches = [Mismatch(3, 5, 1234, 4321, 1.5e-3)]
     hand.policies["static"].pass_tokens_per_s = [70.0, 55.0, 75.0]    # 0.95, 1.09, 0.93

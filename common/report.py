@@ -118,6 +118,7 @@ MAX_INSIGHT_BULLETS = 5
 # what went there below the report. --detail (every script has it: common.cli) prints it here.
 DETAIL_TO = "LAB_DETAIL_TO"
 _show_detail = False
+_held_back = False          # detail() kept something off the terminal in this run
 
 
 def show_detail(on: bool) -> None:
@@ -132,9 +133,11 @@ def detail() -> Iterator[None]:
     if _show_detail:
         yield
         return
+    global _held_back
     kept = io.StringIO()
     with contextlib.redirect_stdout(kept):
         yield
+    _held_back = _held_back or bool(kept.getvalue())
     path = os.environ.get(DETAIL_TO)
     if path and kept.getvalue():
         with open(path, "a") as f:
@@ -142,8 +145,8 @@ def detail() -> Iterator[None]:
 
 
 def detail_hint() -> None:
-    """The report's last line where it left detail out."""
-    if not _show_detail:
+    """The report's last line where it left detail out (only where it did)."""
+    if not _show_detail and _held_back:
         note("More (each pass, each request): --detail, or the report page.")
 
 

@@ -152,7 +152,7 @@ def test_the_summary_has_every_row_and_the_roofline(whole_lab, monkeypatch):
             else:
                 assert "not run yet" in row["figure"], step.name
         assert s["lab_run"]["steps"] == part.saved("lab_run")["steps"]
-        assert "LAST `python lab.py --quick`" in part.proc.stdout
+        assert "Last lab.py --quick (min):" in part.proc.stdout
         assert "(--quick: small workloads)" in part.out
     # the roofline: in the part that ran tasks 1, 2 and 6, each measured step on three rungs,
     # the kernel floor measured at the batches that ran

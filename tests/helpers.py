@@ -415,3 +415,20 @@ def name_its_group(item) -> None:
     (group,) = {mark.args[0] for mark in item.iter_markers("xdist_group")}
     if not item.nodeid.endswith(f"@{group}"):
         item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+def insight_fits(lines: list[str]) -> None:
+    """The KEY INSIGHT within the lab's limits (common/report.py): at most MAX_INSIGHT_BULLETS
+    bullets in MAX_INSIGHT_LINES printed lines, each bullet a whole sentence."""
+    import contextlib
+    import io
+
+    from common import report
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        report.insight(lines)
+    printed = out.getvalue().splitlines()[2:-1]       # within the rules, after "KEY INSIGHT:"
+    assert len(lines) <= report.MAX_INSIGHT_BULLETS, lines
+    assert len(printed) <= report.MAX_INSIGHT_LINES, printed
+    assert all(line.endswith(".") for line in lines), lines     # whole sentences

@@ -22,7 +22,7 @@ from tests.hand import assert_figure_reads_well
 from tests.hand.task_11_chunked_prefill import (BUDGETS, SUMMARY_ROW, hand_latency,
                                                 hand_server)
 from tests.hand.task_11_chunked_prefill import record as hand_result
-from tests.helpers import assert_fits, assert_says
+from tests.helpers import assert_fits, assert_says, insight_fits
 
 
 def test_the_record_reads_back_whole():
@@ -73,20 +73,6 @@ def test_the_summary_row():
     assert summary_row(record) == "stall -87%, TTFT +40%"
     record.vllm = [hand_server(None)]                    # no chunked vLLM run: no figure of it
     assert summary_row(record) == "stall -87%, TTFT +40%"
-
-
-def insight_fits(lines: list[str]) -> None:
-    """The KEY INSIGHT within the lab's limits: at most 5 bullets and 12 printed lines."""
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        report.insight(lines)
-    printed = out.getvalue().splitlines()[2:-1]       # within the rules, after "KEY INSIGHT:"
-    assert len(lines) <= report.MAX_INSIGHT_BULLETS, lines
-    assert len(printed) <= report.MAX_INSIGHT_LINES, printed
-    assert all(line.endswith(".") for line in lines), lines     # whole sentences
 
 
 def test_the_insight_says_what_the_figures_show():

@@ -20,7 +20,7 @@ from lessons.task_12.record import EngineRun, SpeculativeDecoding, summary_row
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_12_speculative_decoding import KS, OUTPUT, SUMMARY_ROW
 from tests.hand.task_12_speculative_decoding import record as hand_result
-from tests.helpers import assert_fits, assert_says
+from tests.helpers import assert_fits, assert_says, insight_fits
 
 
 def test_the_record_reads_back_whole():
@@ -91,20 +91,6 @@ def test_the_summary_row():
     record.vllm = None                                   # --no-vllm
     assert_says(summary_row(record), "copy 2.5x (2.4-2.7)", "16 chat 0.80x (0.75-0.86)",
                 not_branch="vLLM")
-
-
-def insight_fits(lines: list[str]) -> None:
-    """The KEY INSIGHT within the lab's limits: at most 5 bullets and 12 printed lines."""
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        report.insight(lines)
-    printed = out.getvalue().splitlines()[2:-1]       # within the rules, after "KEY INSIGHT:"
-    assert len(lines) <= report.MAX_INSIGHT_BULLETS, lines
-    assert len(printed) <= report.MAX_INSIGHT_LINES, printed
-    assert all(line.endswith(".") for line in lines), lines     # whole sentences
 
 
 def test_the_insight_says_what_the_figures_show():

@@ -432,3 +432,21 @@ def insight_fits(lines: list[str]) -> None:
     assert len(lines) <= report.MAX_INSIGHT_BULLETS, lines
     assert len(printed) <= report.MAX_INSIGHT_LINES, printed
     assert all(line.endswith(".") for line in lines), lines     # whole sentences
+
+
+def insight_of(printed: str) -> list[str]:
+    """The KEY INSIGHT's printed lines, between its heading and its closing rule."""
+    lines = printed.splitlines()
+    start = lines.index("KEY INSIGHT:") + 1
+    return lines[start:lines.index("=" * 65, start)]
+
+
+def report_fits(printed: str, room: int = 0) -> None:
+    """A printed report within the lab's limits (common/report.py), with room lines to spare
+    (a hand record's report lacks the header and progress lines of a real run)."""
+    from common import report
+
+    insight = insight_of(printed)
+    assert len(insight) <= report.MAX_INSIGHT_LINES, insight
+    assert sum(line.startswith("- ") for line in insight) <= report.MAX_INSIGHT_BULLETS
+    assert len(printed.splitlines()) <= report.MAX_LINES - room

@@ -19,7 +19,7 @@ from mini_engine.kernels import compiled as compiled_mod
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_13_compiled_step import SUMMARY_ROW
 from tests.hand.task_13_compiled_step import record as hand_result
-from tests.helpers import assert_fits, assert_says
+from tests.helpers import assert_fits, assert_says, report_fits
 
 
 def test_the_record_reads_back_whole():
@@ -166,27 +166,15 @@ def test_the_insight_changes_when_the_figures_do():
                                               "compiler here."]
 
 
-def insight_of(printed: str) -> list[str]:
-    """The KEY INSIGHT's printed lines, between its heading and its closing rule."""
-    lines = printed.splitlines()
-    start = lines.index("KEY INSIGHT:") + 1
-    return lines[start:lines.index("=" * 65, start)]
-
-
 def test_the_key_insight_keeps_its_limits_on_every_branch(capsys):
     """At most 5 bullets and 12 lines, and the report at most 100 lines (with the header and the
     progress lines of a real run, about 30, it stays under 100): the hand record, the issue's
     split (a kernel's time moved), vLLM's other trades and no vLLM at all."""
-    from common import report as common_report
     from lessons.task_9.record import Phases
 
     def check(record) -> None:
         task_13_report.print_report(record)
-        out = capsys.readouterr().out
-        insight = insight_of(out)
-        assert len(insight) <= common_report.MAX_INSIGHT_LINES, insight
-        assert sum(line.startswith("- ") for line in insight) <= common_report.MAX_INSIGHT_BULLETS
-        assert len(out.splitlines()) <= common_report.MAX_LINES - 30
+        report_fits(capsys.readouterr().out, room=30)
 
     record = hand_result()
     check(record)

@@ -20,7 +20,7 @@ from lessons.task_14.record import PERPLEXITY_BOUND, QuantizedKV, perplexity_cha
 from tests.hand import assert_figure_reads_well
 from tests.hand.task_14_quantized_kv import SUMMARY_ROW
 from tests.hand.task_14_quantized_kv import record as hand_result
-from tests.helpers import assert_fits, assert_says
+from tests.helpers import assert_fits, assert_says, report_fits
 
 
 def test_the_record_reads_back_whole():
@@ -71,26 +71,14 @@ def test_the_insight_says_what_the_figures_show():
                 "0.80x", branch="no spread", not_branch=("slower", "faster"))
 
 
-def insight_of(printed: str) -> list[str]:
-    """The KEY INSIGHT's printed lines, between its heading and its closing rule."""
-    lines = printed.splitlines()
-    start = lines.index("KEY INSIGHT:") + 1
-    return lines[start:lines.index("=" * 65, start)]
-
-
 def test_the_key_insight_keeps_its_limits_on_every_branch(capsys):
     """At most 5 bullets and 12 lines, the report's body well under 100 (the header and the
     progress lines of a real run add about 30): the hand record; every token moved alike (each
     verdict said); answers told apart and stuck ones named; the passes in turns."""
-    from common import report as common_report
 
     def check(record) -> None:
         task_14_report.print_report(record)
-        out = capsys.readouterr().out
-        insight = insight_of(out)
-        assert len(insight) <= common_report.MAX_INSIGHT_LINES, insight
-        assert sum(line.startswith("- ") for line in insight) <= common_report.MAX_INSIGHT_BULLETS
-        assert len(out.splitlines()) <= common_report.MAX_LINES - 30
+        report_fits(capsys.readouterr().out, room=30)
 
     record = hand_result()
     check(record)
